@@ -1,0 +1,52 @@
+# kvindex build. Every target needs only Go: buf and the protoc plugins run
+# through `go run` at pinned versions.
+
+GO        ?= go
+BUF       := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
+PKGS      := ./...
+FUZZTIME  ?= 60s
+
+.PHONY: run test test-short bench lint proto verify fuzz build
+
+## run: start the whole pipeline in one process on embedded defaults
+run:
+	$(GO) run ./cmd/kvindex standalone
+
+## test: every test, including e2e, with the race detector
+test:
+	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+
+## test-short: unit tests only, no race detector (quick local loop)
+test-short:
+	$(GO) test -short $(PKGS)
+
+## bench: the Go benchmarks of the hot paths
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
+
+## build: the kvindex binary into bin/
+build:
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvindex ./cmd/kvindex
+
+## lint: go vet, gofmt and buf lint
+lint:
+	$(GO) vet $(PKGS)
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(BUF) lint
+
+## proto: regenerate the Go code of proto/
+proto:
+	$(BUF) generate
+
+## verify: fail when generated code or go.mod/go.sum are stale, or lint fails
+verify: lint
+	$(GO) mod tidy -diff
+	@tmp=$$(mktemp -d); trap 'rm -rf $$tmp' EXIT; \
+	  $(BUF) generate -o $$tmp && \
+	  diff -r -x '*.proto' $$tmp/proto proto || { echo "generated code is stale: run make proto"; exit 1; }
+
+## fuzz: run every fuzz target for FUZZTIME each
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/events/
+	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
+	$(GO) test -run '^$$' -fuzz '^FuzzEndpointNames$$' -fuzztime $(FUZZTIME) ./internal/keyspace/

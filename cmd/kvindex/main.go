@@ -1,0 +1,25 @@
+// Command kvindex is the single binary of kvindex: a live KV-cache block
+// index for LLM routers. Its subcommands run the roles (ingester, indexd,
+// bridge, standalone) and the operator tools (lookup, endpoints, replay,
+// bench); `kvindex --help` lists them.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/kvindex/kvindex/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := cli.NewRoot().ExecuteContext(ctx)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "kvindex:", err)
+		os.Exit(cli.ExitCode(err))
+	}
+}

@@ -1,0 +1,164 @@
+// Package etcdembed runs a single-member etcd server inside the process
+// (go.etcd.io/etcd/server/v3/embed), for `kvindex standalone` and for
+// tests. It picks loopback ports, routes etcd's logs through slog, and sets
+// the limits kvindex's write path expects (DESIGN "Writes").
+package etcdembed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/kvindex/kvindex/internal/logging"
+)
+
+// Config configures an embedded etcd. Zero fields take the defaults noted.
+type Config struct {
+	// DataDir holds etcd's WAL and snapshot; required. Reusing it keeps the
+	// data across restarts.
+	DataDir string
+	// ClientAddr is the host:port clients connect to; port 0 picks a free
+	// loopback port. Default "127.0.0.1:2379".
+	ClientAddr string
+	// PeerAddr is the raft peer host:port (unused by a single member but
+	// required by etcd). Default "127.0.0.1:0" (a free port).
+	PeerAddr string
+	// MaxTxnOps is etcd's --max-txn-ops. Default 1024, so ingesters may be
+	// configured anywhere up to it (their default is 128).
+	MaxTxnOps uint
+	// MaxRequestBytes is etcd's --max-request-bytes. Default 1.5 MiB
+	// (etcd's default).
+	MaxRequestBytes uint
+	// QuotaBackendBytes is etcd's --quota-backend-bytes. Default 8 GiB.
+	QuotaBackendBytes int64
+	// AutoCompactionRetention, when non-zero, turns on periodic
+	// auto-compaction keeping that much history. Default off.
+	AutoCompactionRetention time.Duration
+	// UnsafeNoFsync skips fsync (tests and benchmarks only: a crash loses
+	// data).
+	UnsafeNoFsync bool
+	// Logger receives etcd's logs at warn and above. Default: discard.
+	Logger *slog.Logger
+}
+
+// Defaults for Config.
+const (
+	DefaultClientAddr        = "127.0.0.1:2379"
+	DefaultMaxTxnOps         = 1024
+	DefaultMaxRequestBytes   = 1536 * 1024
+	DefaultQuotaBackendBytes = 8 << 30
+)
+
+// Server is a running embedded etcd.
+type Server struct {
+	e   *embed.Etcd
+	url string
+}
+
+// ErrAddrInUse reports that a configured listen address is taken.
+var ErrAddrInUse = errors.New("etcdembed: address in use")
+
+// Start starts etcd and waits, up to ctx, until it serves clients.
+func Start(ctx context.Context, cfg Config) (*Server, error) {
+	if cfg.DataDir == "" {
+		return nil, errors.New("etcdembed: DataDir is required")
+	}
+	if cfg.ClientAddr == "" {
+		cfg.ClientAddr = DefaultClientAddr
+	}
+	if cfg.PeerAddr == "" {
+		cfg.PeerAddr = "127.0.0.1:0"
+	}
+	if cfg.MaxTxnOps == 0 {
+		cfg.MaxTxnOps = DefaultMaxTxnOps
+	}
+	if cfg.MaxRequestBytes == 0 {
+		cfg.MaxRequestBytes = DefaultMaxRequestBytes
+	}
+	if cfg.QuotaBackendBytes == 0 {
+		cfg.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logging.Discard()
+	}
+	clientAddr, err := resolve(cfg.ClientAddr)
+	if err != nil {
+		return nil, fmt.Errorf("etcdembed: client address: %w", err)
+	}
+	peerAddr, err := resolve(cfg.PeerAddr)
+	if err != nil {
+		return nil, fmt.Errorf("etcdembed: peer address: %w", err)
+	}
+
+	ec := embed.NewConfig()
+	ec.Name = "kvindex"
+	ec.Dir = cfg.DataDir
+	cu := url.URL{Scheme: "http", Host: clientAddr}
+	pu := url.URL{Scheme: "http", Host: peerAddr}
+	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
+	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
+	ec.InitialCluster = ec.Name + "=" + pu.String()
+	ec.MaxTxnOps = cfg.MaxTxnOps
+	ec.MaxRequestBytes = cfg.MaxRequestBytes
+	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
+	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	if cfg.AutoCompactionRetention > 0 {
+		ec.AutoCompactionMode = embed.CompactorModePeriodic
+		ec.AutoCompactionRetention = cfg.AutoCompactionRetention.String()
+	}
+	ec.LogLevel = "warn"
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logging.Zap(cfg.Logger.With("component", "etcd")))
+
+	e, err := embed.StartEtcd(ec)
+	if err != nil {
+		return nil, fmt.Errorf("etcdembed: start: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case err := <-e.Err():
+		e.Close()
+		return nil, fmt.Errorf("etcdembed: %w", err)
+	case <-ctx.Done():
+		e.Close()
+		return nil, fmt.Errorf("etcdembed: waiting for etcd to serve: %w", ctx.Err())
+	}
+	return &Server{e: e, url: cu.String()}, nil
+}
+
+// resolve returns addr, or, when its port is 0, addr with a free port.
+// A taken fixed port gives ErrAddrInUse.
+func resolve(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s: %v", ErrAddrInUse, addr, err)
+	}
+	defer l.Close()
+	if port != "0" {
+		return addr, nil
+	}
+	return net.JoinHostPort(host, strconv.Itoa(l.Addr().(*net.TCPAddr).Port)), nil
+}
+
+// ClientURL is the URL clients connect to, e.g. "http://127.0.0.1:2379".
+func (s *Server) ClientURL() string { return s.url }
+
+// Endpoints is ClientURL as a clientv3 endpoint list.
+func (s *Server) Endpoints() []string { return []string{s.url} }
+
+// Err reports a fatal server error after Start (nil channel values are
+// never sent).
+func (s *Server) Err() <-chan error { return s.e.Err() }
+
+// Close stops the server and waits for it; the data directory stays.
+func (s *Server) Close() { s.e.Close() }

@@ -1,0 +1,782 @@
+package events
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/vmihailenco/msgpack/v5"
+	"github.com/vmihailenco/msgpack/v5/msgpcode"
+)
+
+// Decoder decodes KVEventBatch payloads. It reuses its buffers between
+// calls, so it is not safe for concurrent use: give each goroutine its own.
+type Decoder struct {
+	mediums MediumMap
+	rd      bytes.Reader
+	dec     *msgpack.Decoder
+	scratch []byte
+	// medium caches the last medium string so a batch of events on one
+	// medium allocates it once.
+	medium string
+}
+
+// NewDecoder returns a decoder that maps mediums through mediums; nil means
+// DefaultMediums(). The map is read, never written, and must not change
+// while the decoder is in use.
+func NewDecoder(mediums MediumMap) *Decoder {
+	if mediums == nil {
+		mediums = DefaultMediums()
+	}
+	d := &Decoder{mediums: mediums}
+	d.dec = msgpack.NewDecoder(&d.rd)
+	return d
+}
+
+// Decode decodes one payload (a Kafka record value). The returned batch
+// owns its slices; it does not alias payload or the decoder. On an error
+// wrapping ErrMalformedBatch the whole payload must be skipped; per-event
+// problems are reported in Batch.Skipped instead.
+func (d *Decoder) Decode(payload []byte) (Batch, error) {
+	d.rd.Reset(payload)
+	d.dec.ResetReader(&d.rd)
+	var b Batch
+	if err := d.decodeBatch(&b); err != nil {
+		return Batch{}, fmt.Errorf("%w: %v", ErrMalformedBatch, err)
+	}
+	if n := d.rd.Len(); n > 0 {
+		return Batch{}, fmt.Errorf("%w: %d trailing bytes after the batch", ErrMalformedBatch, n)
+	}
+	return b, nil
+}
+
+func (d *Decoder) decodeBatch(b *Batch) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return fmt.Errorf("empty payload: %w", err)
+	}
+	if !isArray(c) {
+		return fmt.Errorf("batch is %s, want array [ts, events, data_parallel_rank]", describe(c))
+	}
+	n, err := d.arrayLen("batch")
+	if err != nil {
+		return err
+	}
+	if n < 2 {
+		return fmt.Errorf("batch has %d elements, want at least 2 (ts, events)", n)
+	}
+	if b.TS, err = d.float("ts"); err != nil {
+		return err
+	}
+	if err := d.decodeEvents(b); err != nil {
+		return err
+	}
+	if n >= 3 {
+		if err := d.decodeRank(b); err != nil {
+			return err
+		}
+	}
+	for i := 3; i < n; i++ {
+		if err := d.skip(fmt.Sprintf("batch element %d", i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Decoder) decodeEvents(b *Batch) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return fmt.Errorf("events: %w", err)
+	}
+	if c == msgpcode.Nil {
+		return d.dec.Skip()
+	}
+	if !isArray(c) {
+		return fmt.Errorf("events is %s, want array", describe(c))
+	}
+	n, err := d.arrayLen("events")
+	if err != nil {
+		return err
+	}
+	// Grow from a bounded start: a header may claim up to one event per
+	// remaining byte, and an Event is far larger than a byte.
+	b.Events = make([]Event, 0, min(n, maxEventsPrealloc))
+	for i := 0; i < n; i++ {
+		ev, skip, err := d.decodeEvent(i)
+		if err != nil {
+			return fmt.Errorf("event %d: %w", i, err)
+		}
+		if skip != nil {
+			b.Skipped = append(b.Skipped, *skip)
+			continue
+		}
+		b.Events = append(b.Events, ev)
+	}
+	return nil
+}
+
+// maxEventsPrealloc bounds the events slice allocated before the events are
+// actually decoded.
+const maxEventsPrealloc = 256
+
+func (d *Decoder) decodeRank(b *Batch) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return fmt.Errorf("data_parallel_rank: %w", err)
+	}
+	if c == msgpcode.Nil {
+		return d.dec.Skip()
+	}
+	if !isInteger(c) {
+		return fmt.Errorf("data_parallel_rank is %s, want int or nil", describe(c))
+	}
+	u, neg, err := d.integer()
+	if err != nil {
+		return fmt.Errorf("data_parallel_rank: %w", err)
+	}
+	if neg || u > math.MaxUint32 {
+		return fmt.Errorf("data_parallel_rank %d is out of range [0, %d]", int64(u), uint32(math.MaxUint32))
+	}
+	b.Rank, b.HasRank = uint32(u), true
+	return nil
+}
+
+// eventState collects one event's fields while it is decoded; invalid holds
+// the first field problem that makes the event invalid without breaking
+// the msgpack structure.
+type eventState struct {
+	ev        Event
+	tag       string
+	known     bool
+	hasHashes bool
+	invalid   string
+}
+
+func (s *eventState) fail(format string, args ...any) {
+	if s.invalid == "" {
+		s.invalid = fmt.Sprintf(format, args...)
+	}
+}
+
+// Field positions after the tag in the tagged-array encoding (msgspec
+// array_like structs, in vLLM's declaration order).
+var (
+	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
+	removedFields = []string{"block_hashes", "medium", "group_idx"}
+)
+
+func (d *Decoder) decodeEvent(i int) (Event, *Skip, error) {
+	s := eventState{ev: Event{Index: i}}
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return Event{}, nil, err
+	}
+	switch {
+	case isArray(c):
+		err = d.decodeArrayEvent(&s)
+	case isMap(c):
+		err = d.decodeMapEvent(&s)
+	default:
+		if err := d.skip("event"); err != nil {
+			return Event{}, nil, err
+		}
+		return Event{}, &Skip{Index: i, Reason: SkipInvalid, Detail: fmt.Sprintf("event is %s, want tagged array or map", describe(c))}, nil
+	}
+	if err != nil {
+		return Event{}, nil, err
+	}
+	return d.finish(&s)
+}
+
+func (d *Decoder) decodeArrayEvent(s *eventState) error {
+	n, err := d.arrayLen("event")
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		s.fail("empty event array has no type tag")
+		return nil
+	}
+	if err := d.decodeTag(s); err != nil {
+		return err
+	}
+	var fields []string
+	switch s.ev.Type {
+	case BlockStored:
+		fields = storedFields
+	case BlockRemoved:
+		fields = removedFields
+	}
+	for j := 1; j < n; j++ {
+		name := ""
+		if j-1 < len(fields) {
+			name = fields[j-1]
+		}
+		if err := d.decodeField(s, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Decoder) decodeMapEvent(s *eventState) error {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return fmt.Errorf("event map: %w", err)
+	}
+	if 2*n > d.rd.Len() {
+		return fmt.Errorf("event map claims %d entries but only %d bytes remain", n, d.rd.Len())
+	}
+	sawType := false
+	for j := 0; j < n; j++ {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return fmt.Errorf("event map key: %w", err)
+		}
+		if !isStr(c) {
+			// Not a field name: ignore the entry, as for unknown fields.
+			if err := d.skip("event map key"); err != nil {
+				return err
+			}
+			if err := d.skip("event map value"); err != nil {
+				return err
+			}
+			continue
+		}
+		key, err := d.str("event map key")
+		if err != nil {
+			return err
+		}
+		if string(key) == "type" {
+			sawType = true
+			if err := d.decodeTag(s); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.decodeField(s, fieldName(key)); err != nil {
+			return err
+		}
+	}
+	if !sawType {
+		s.fail(`event map has no "type" field`)
+	}
+	return nil
+}
+
+// fieldName returns the constant name of a map field this decoder decodes,
+// or "" for one it ignores. key aliases the scratch buffer, so it must not
+// be retained; the switch neither allocates nor retains it.
+func fieldName(key []byte) string {
+	switch string(key) {
+	case "block_hashes":
+		return "block_hashes"
+	case "parent_block_hash":
+		return "parent_block_hash"
+	case "token_ids":
+		return "token_ids"
+	case "block_size":
+		return "block_size"
+	case "medium":
+		return "medium"
+	case "lora_name":
+		return "lora_name"
+	case "group_idx":
+		return "group_idx"
+	}
+	return ""
+}
+
+func (d *Decoder) decodeTag(s *eventState) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return fmt.Errorf("event type tag: %w", err)
+	}
+	if !isStr(c) {
+		s.fail("type tag is %s, want string", describe(c))
+		return d.skip("event type tag")
+	}
+	tag, err := d.str("event type tag")
+	if err != nil {
+		return err
+	}
+	if t, ok := parseType(tag); ok {
+		s.ev.Type, s.known, s.tag = t, true, t.String()
+		return nil
+	}
+	s.tag = string(tag)
+	return nil
+}
+
+// decodeField decodes the field called name into s, or skips the value
+// when name is empty (a field this decoder ignores).
+func (d *Decoder) decodeField(s *eventState, name string) error {
+	switch name {
+	case "block_hashes":
+		s.hasHashes = true
+		hashes, err := d.hashes(s, name)
+		s.ev.BlockHashes = hashes
+		return err
+	case "parent_block_hash":
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if c == msgpcode.Nil {
+			return d.dec.Skip()
+		}
+		h, ok, err := d.hash(s, name, -1)
+		s.ev.ParentHash, s.ev.HasParent = h, ok
+		return err
+	case "token_ids":
+		ids, err := d.tokens(s, name)
+		s.ev.TokenIDs = ids
+		return err
+	case "block_size":
+		u, ok, err := d.optUint(s, name, math.MaxUint32)
+		if ok {
+			s.ev.BlockSize = uint32(u)
+		}
+		return err
+	case "medium":
+		m, err := d.optStr(s, name)
+		s.ev.Medium = m
+		return err
+	case "lora_name":
+		m, err := d.optStr(s, name)
+		s.ev.LoraName = m
+		return err
+	case "group_idx":
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if c == msgpcode.Nil {
+			return d.dec.Skip()
+		}
+		if !isInteger(c) {
+			s.fail("field %s is %s, want int or nil", name, describe(c))
+			return d.skip(name)
+		}
+		u, neg, err := d.integer()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if !neg && u > math.MaxInt64 {
+			s.fail("field %s %d is out of range", name, u)
+		}
+		s.ev.GroupIdx = int64(u)
+		return nil
+	}
+	return d.skip("ignored field")
+}
+
+// finish validates a decoded event and resolves its tier.
+func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
+	skip := func(r SkipReason, format string, args ...any) (Event, *Skip, error) {
+		return Event{}, &Skip{Index: s.ev.Index, Tag: s.tag, Reason: r, Detail: fmt.Sprintf(format, args...)}, nil
+	}
+	switch {
+	case s.invalid != "":
+		return skip(SkipInvalid, "%s", s.invalid)
+	case !s.known:
+		return skip(SkipUnknownType, "unknown event type %q", s.tag)
+	}
+	if s.ev.Type == AllBlocksCleared {
+		return Event{Type: AllBlocksCleared, Index: s.ev.Index}, nil, nil
+	}
+	if !s.hasHashes {
+		return skip(SkipInvalid, "missing field block_hashes")
+	}
+	if s.ev.GroupIdx != 0 {
+		return skip(SkipOtherGroup, "group_idx %d: only KV-cache group 0 is indexed", s.ev.GroupIdx)
+	}
+	t, ok := d.mediums[s.ev.Medium]
+	if !ok || !t.Valid() {
+		return skip(SkipUnknownMedium, "medium %q maps to no tier", s.ev.Medium)
+	}
+	s.ev.Tier = t
+	if s.ev.Type == BlockRemoved {
+		// Only the hashes, medium and tier belong to a removal.
+		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName = 0, false, nil, 0, ""
+	}
+	return s.ev, nil, nil
+}
+
+// hashes decodes a list of block hashes. A nil or mistyped list, or a bad
+// element, makes the event invalid.
+func (d *Decoder) hashes(s *eventState, name string) ([]uint64, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if !isArray(c) {
+		s.fail("field %s is %s, want array", name, describe(c))
+		return nil, d.skip(name)
+	}
+	n, err := d.arrayLen(name)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]uint64, 0, n)
+	for k := 0; k < n; k++ {
+		h, _, err := d.hash(s, name, k)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, h)
+	}
+	return out, nil
+}
+
+// minDigestLen is the shortest byte hash accepted: the 64-bit form is its
+// last 8 bytes.
+const minDigestLen = 8
+
+// hash decodes one block hash: a uint64, an int64 reinterpreted as uint64,
+// or a byte digest of at least 8 bytes whose last 8 bytes are read
+// big-endian. ok is false when the value was skipped as invalid. index is
+// the element's position in a list, or -1 for a single hash.
+func (d *Decoder) hash(s *eventState, name string, index int) (h uint64, ok bool, err error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", label(name, index), err)
+	}
+	switch {
+	case isInteger(c):
+		u, _, err := d.integer()
+		if err != nil {
+			return 0, false, fmt.Errorf("%s: %w", label(name, index), err)
+		}
+		return u, true, nil
+	case isBin(c):
+		b, err := d.bin(name)
+		if err != nil {
+			return 0, false, fmt.Errorf("%s: %w", label(name, index), err)
+		}
+		if len(b) < minDigestLen {
+			s.fail("field %s has a %d-byte hash, want at least %d bytes", label(name, index), len(b), minDigestLen)
+			return 0, false, nil
+		}
+		return binary.BigEndian.Uint64(b[len(b)-8:]), true, nil
+	}
+	s.fail("field %s is %s, want int or bytes", label(name, index), describe(c))
+	return 0, false, d.skip(name)
+}
+
+// label names a field, or an element of a list field when index >= 0. It is
+// called only on error paths.
+func label(name string, index int) string {
+	if index < 0 {
+		return name
+	}
+	return fmt.Sprintf("%s[%d]", name, index)
+}
+
+func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if c == msgpcode.Nil {
+		return nil, d.dec.Skip()
+	}
+	if !isArray(c) {
+		s.fail("field %s is %s, want array", name, describe(c))
+		return nil, d.skip(name)
+	}
+	n, err := d.arrayLen(name)
+	if err != nil {
+		return nil, err
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	out := make([]int64, 0, n)
+	for k := 0; k < n; k++ {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", name, k, err)
+		}
+		if !isInteger(c) {
+			s.fail("field %s element %d is %s, want int", name, k, describe(c))
+			if err := d.skip(name); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		u, neg, err := d.integer()
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", name, k, err)
+		}
+		if !neg && u > math.MaxInt64 {
+			s.fail("field %s element %d (%d) is out of range", name, k, u)
+		}
+		out = append(out, int64(u))
+	}
+	return out, nil
+}
+
+// optUint decodes a nil-able non-negative integer no larger than limit.
+func (d *Decoder) optUint(s *eventState, name string, limit uint64) (uint64, bool, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", name, err)
+	}
+	if c == msgpcode.Nil {
+		return 0, false, d.dec.Skip()
+	}
+	if !isInteger(c) {
+		s.fail("field %s is %s, want int or nil", name, describe(c))
+		return 0, false, d.skip(name)
+	}
+	u, neg, err := d.integer()
+	if err != nil {
+		return 0, false, fmt.Errorf("%s: %w", name, err)
+	}
+	if neg || u > limit {
+		s.fail("field %s %d is out of range [0, %d]", name, int64(u), limit)
+		return 0, false, nil
+	}
+	return u, true, nil
+}
+
+// optStr decodes a nil-able string; nil decodes as "".
+func (d *Decoder) optStr(s *eventState, name string) (string, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", name, err)
+	}
+	if c == msgpcode.Nil {
+		return "", d.dec.Skip()
+	}
+	if !isStr(c) {
+		s.fail("field %s is %s, want string or nil", name, describe(c))
+		return "", d.skip(name)
+	}
+	b, err := d.str(name)
+	if err != nil {
+		return "", err
+	}
+	if string(b) == d.medium {
+		return d.medium, nil
+	}
+	d.medium = string(b)
+	return d.medium, nil
+}
+
+// integer decodes any msgpack integer. Negative values come back as their
+// two's-complement uint64 with neg set (an SGLang int64 hash reinterprets
+// exactly so).
+func (d *Decoder) integer() (u uint64, neg bool, err error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, false, err
+	}
+	if isUint(c) {
+		u, err = d.dec.DecodeUint64()
+		return u, false, err
+	}
+	v, err := d.dec.DecodeInt64()
+	return uint64(v), v < 0, err
+}
+
+// float decodes a number (float32, float64 or an integer) as float64.
+func (d *Decoder) float(name string) (float64, error) {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	switch {
+	case c == msgpcode.Float:
+		v, err := d.dec.DecodeFloat32()
+		return float64(v), err
+	case c == msgpcode.Double:
+		return d.dec.DecodeFloat64()
+	case isInteger(c):
+		u, neg, err := d.integer()
+		if neg {
+			return float64(int64(u)), err
+		}
+		return float64(u), err
+	}
+	return 0, fmt.Errorf("%s is %s, want float", name, describe(c))
+}
+
+// arrayLen reads an array header and checks that the claimed element count
+// can fit in the remaining bytes (each element takes at least one), so no
+// caller ever allocates for elements that are not there.
+func (d *Decoder) arrayLen(name string) (int, error) {
+	n, err := d.dec.DecodeArrayLen()
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	if n < 0 {
+		return 0, nil
+	}
+	if n > d.rd.Len() {
+		return 0, fmt.Errorf("%s claims %d elements but only %d bytes remain", name, n, d.rd.Len())
+	}
+	return n, nil
+}
+
+// str reads a string into the scratch buffer; the result is valid until the
+// next read. The caller has checked the code is a string.
+func (d *Decoder) str(name string) ([]byte, error) { return d.readBytes(name) }
+
+// bin reads a byte string into the scratch buffer, like str.
+func (d *Decoder) bin(name string) ([]byte, error) { return d.readBytes(name) }
+
+func (d *Decoder) readBytes(name string) ([]byte, error) {
+	n, err := d.dec.DecodeBytesLen()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if n <= 0 {
+		return nil, nil
+	}
+	if n > d.rd.Len() {
+		return nil, fmt.Errorf("%s claims %d bytes but only %d remain", name, n, d.rd.Len())
+	}
+	if cap(d.scratch) < n {
+		d.scratch = make([]byte, n)
+	}
+	b := d.scratch[:n]
+	if err := d.dec.ReadFull(b); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return b, nil
+}
+
+// skip skips one value of any type, bounding container headers by the
+// remaining bytes first.
+func (d *Decoder) skip(name string) error {
+	c, err := d.dec.PeekCode()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if isArray(c) || isMap(c) {
+		return d.skipDepth(name, c, 0)
+	}
+	return d.skipScalar(name, c)
+}
+
+// skipScalar skips a value that is not a container. Strings, byte strings
+// and extensions are skipped by seeking past them once their claimed length
+// is checked against the remaining bytes, so a hostile length header never
+// allocates.
+func (d *Decoder) skipScalar(name string, c byte) error {
+	var n int
+	var err error
+	switch {
+	case isStr(c) || isBin(c):
+		n, err = d.dec.DecodeBytesLen()
+	case msgpcode.IsExt(c):
+		_, n, err = d.dec.DecodeExtHeader()
+	default:
+		err = d.dec.Skip()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	if n <= 0 {
+		return nil
+	}
+	if n > d.rd.Len() {
+		return fmt.Errorf("%s claims %d bytes but only %d remain", name, n, d.rd.Len())
+	}
+	// The msgpack decoder reads straight from d.rd (a bytes.Reader is an
+	// io.ByteScanner, so it buffers nothing), so seeking d.rd skips exactly
+	// the value's payload.
+	_, err = d.rd.Seek(int64(n), io.SeekCurrent)
+	return err
+}
+
+// maxDepth bounds container nesting in skipped values; deeper payloads are
+// rejected rather than recursed into.
+const maxDepth = 64
+
+func (d *Decoder) skipDepth(name string, c byte, depth int) error {
+	if depth > maxDepth {
+		return fmt.Errorf("%s nests deeper than %d levels", name, maxDepth)
+	}
+	var n int
+	var err error
+	if isArray(c) {
+		n, err = d.arrayLen(name)
+	} else {
+		var m int
+		m, err = d.dec.DecodeMapLen()
+		if err == nil && 2*m > d.rd.Len() {
+			err = fmt.Errorf("map claims %d entries but only %d bytes remain", m, d.rd.Len())
+		}
+		n = 2 * m
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	for k := 0; k < n; k++ {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if isArray(c) || isMap(c) {
+			if err := d.skipDepth(name, c, depth+1); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.skipScalar(name, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isUint(c byte) bool {
+	return c <= msgpcode.PosFixedNumHigh || (c >= msgpcode.Uint8 && c <= msgpcode.Uint64)
+}
+
+func isInteger(c byte) bool {
+	return isUint(c) || c >= msgpcode.NegFixedNumLow || (c >= msgpcode.Int8 && c <= msgpcode.Int64)
+}
+
+func isArray(c byte) bool {
+	return msgpcode.IsFixedArray(c) || c == msgpcode.Array16 || c == msgpcode.Array32
+}
+
+func isMap(c byte) bool {
+	return msgpcode.IsFixedMap(c) || c == msgpcode.Map16 || c == msgpcode.Map32
+}
+
+func isStr(c byte) bool { return msgpcode.IsString(c) }
+
+func isBin(c byte) bool { return msgpcode.IsBin(c) }
+
+// describe names the msgpack type of code c for error messages.
+func describe(c byte) string {
+	switch {
+	case c == msgpcode.Nil:
+		return "nil"
+	case c == msgpcode.True || c == msgpcode.False:
+		return "bool"
+	case isInteger(c):
+		return "int"
+	case c == msgpcode.Float || c == msgpcode.Double:
+		return "float"
+	case isStr(c):
+		return "string"
+	case isBin(c):
+		return "bytes"
+	case isArray(c):
+		return "array"
+	case isMap(c):
+		return "map"
+	case msgpcode.IsExt(c):
+		return "ext"
+	}
+	return fmt.Sprintf("invalid code 0x%02x", c)
+}

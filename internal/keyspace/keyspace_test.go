@@ -1,0 +1,263 @@
+package keyspace
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+func TestDesignWorkedExample(t *testing.T) {
+	ks := Default()
+	ep := Endpoint{Model: "meta-llama/Llama-3.1-8B-Instruct", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 0}
+	got := ks.BlockKey(ep, tier.GPU, 0x7b05ab3397532bcc)
+	want := "/kvindex/v1/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"
+	if got != want {
+		t.Fatalf("BlockKey:\n got %s\nwant %s", got, want)
+	}
+	if got, want := ks.EndpointKey(ep), "/kvindex/v1/endpoints/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0"; got != want {
+		t.Fatalf("EndpointKey:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestKeysRoundTrip(t *testing.T) {
+	ks, err := New("/custom/prefix/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		ep   Endpoint
+		tier tier.Tier
+		hash uint64
+	}{
+		{name: "plain", ep: Endpoint{Model: "m", Pod: "vllm-0"}, tier: tier.GPU, hash: 1},
+		{name: "slashes_spaces_at_colon", ep: Endpoint{Model: "Qwen/Qwen3-32B", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 7}, tier: tier.CPU, hash: math.MaxUint64},
+		{name: "percent_and_unicode", ep: Endpoint{Model: "100%/模型", Pod: "pod%2F?#", Rank: math.MaxUint32}, tier: tier.Disk, hash: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			key := ks.BlockKey(tc.ep, tc.tier, tc.hash)
+			got, err := ks.ParseBlockKey(key)
+			if err != nil {
+				t.Fatalf("ParseBlockKey(%q): %v", key, err)
+			}
+			if diff := cmp.Diff(Block{Endpoint: tc.ep, Tier: tc.tier, Hash: tc.hash}, got); diff != "" {
+				t.Fatalf("block key round trip (-want +got):\n%s", diff)
+			}
+			prefix, tr, h, err := ks.SplitBlockKey(key)
+			if err != nil || prefix != ks.EndpointBlocksPrefix(tc.ep) || tr != tc.tier || h != tc.hash {
+				t.Fatalf("SplitBlockKey(%q) = %q, %v, %x, %v", key, prefix, tr, h, err)
+			}
+			if !strings.HasPrefix(key, ks.TierBlocksPrefix(tc.ep, tc.tier)) || !strings.HasPrefix(key, ks.ModelBlocksPrefix(tc.ep.Model)) {
+				t.Fatalf("key %q is not under its tier and model prefixes", key)
+			}
+			if ep, err := ks.ParseEndpointBlocksPrefix(prefix); err != nil || ep != tc.ep {
+				t.Fatalf("ParseEndpointBlocksPrefix(%q) = %v, %v", prefix, ep, err)
+			}
+			ekey := ks.EndpointKey(tc.ep)
+			if ep, err := ks.ParseEndpointKey(ekey); err != nil || ep != tc.ep {
+				t.Fatalf("ParseEndpointKey(%q) = %v, %v", ekey, ep, err)
+			}
+			if !strings.HasPrefix(ekey, ks.ModelEndpointsPrefix(tc.ep.Model)) {
+				t.Fatalf("endpoint key %q is not under its model prefix", ekey)
+			}
+			if ks.KindOf(key) != KindBlock || ks.KindOf(ekey) != KindEndpoint {
+				t.Fatalf("KindOf: %v %v", ks.KindOf(key), ks.KindOf(ekey))
+			}
+		})
+	}
+}
+
+func TestPartitionKeysRoundTrip(t *testing.T) {
+	ks := Default()
+	p := Partition{Topic: "kvindex-events", Partition: 11}
+	if got, want := ks.OffsetKey(p), "/kvindex/v1/offsets/kvindex-events/11"; got != want {
+		t.Fatalf("OffsetKey = %q, want %q", got, want)
+	}
+	if got, want := ks.OwnerKey(p), "/kvindex/v1/owners/kvindex-events/11"; got != want {
+		t.Fatalf("OwnerKey = %q, want %q", got, want)
+	}
+	for _, key := range []string{ks.OffsetKey(p)} {
+		got, err := ks.ParseOffsetKey(key)
+		if err != nil || got != p {
+			t.Fatalf("ParseOffsetKey(%q) = %v, %v", key, got, err)
+		}
+	}
+	got, err := ks.ParseOwnerKey(ks.OwnerKey(p))
+	if err != nil || got != p {
+		t.Fatalf("ParseOwnerKey = %v, %v", got, err)
+	}
+	id, err := ks.ParseIngesterKey(ks.IngesterKey("host-1/abc"))
+	if err != nil || id != "host-1/abc" {
+		t.Fatalf("ParseIngesterKey = %q, %v", id, err)
+	}
+	if ks.KindOf(ks.OffsetKey(p)) != KindOffset || ks.KindOf(ks.OwnerKey(p)) != KindOwner || ks.KindOf(ks.IngesterKey("x")) != KindIngester {
+		t.Fatal("KindOf misclassifies partition or ingester keys")
+	}
+}
+
+func TestParseRejectsMalformedKeys(t *testing.T) {
+	ks := Default()
+	block := []string{
+		"/other/blocks/m/p/0/gpu/0000000000000001",
+		"/kvindex/v1/blocks/m/p/0/gpu/000000000000001",   // 15 digits
+		"/kvindex/v1/blocks/m/p/0/gpu/000000000000000G",  // not hex
+		"/kvindex/v1/blocks/m/p/0/gpu/00000000000000AB",  // upper case
+		"/kvindex/v1/blocks/m/p/0/hbm/0000000000000001",  // unknown tier
+		"/kvindex/v1/blocks/m/p/01/gpu/0000000000000001", // leading zero
+		"/kvindex/v1/blocks/m/p/-1/gpu/0000000000000001",
+		"/kvindex/v1/blocks/m/p/4294967296/gpu/0000000000000001", // rank overflow
+		"/kvindex/v1/blocks/m/0/gpu/0000000000000001",            // missing pod
+		"/kvindex/v1/blocks/m/a/b/0/gpu/0000000000000001",        // extra segment
+		"/kvindex/v1/blocks/m//0/gpu/0000000000000001",           // empty pod
+		"/kvindex/v1/blocks/%6D/p/0/gpu/0000000000000001",        // non-canonical escape of "m"
+		"/kvindex/v1/blocks/m/p%zz/0/gpu/0000000000000001",       // bad escape
+		"/kvindex/v1/blocks/m/%FF/0/gpu/0000000000000001",        // not UTF-8
+		"/kvindex/v1/endpoints/m/p/0",
+	}
+	for _, key := range block {
+		if _, err := ks.ParseBlockKey(key); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseBlockKey(%q) error = %v, want ErrMalformedKey", key, err)
+		}
+	}
+	endpoint := []string{
+		"/kvindex/v1/endpoints/m/p",
+		"/kvindex/v1/endpoints/m/p/0/x",
+		"/kvindex/v1/endpoints/m/p/x",
+		"/kvindex/v1/blocks/m/p/0",
+	}
+	for _, key := range endpoint {
+		if _, err := ks.ParseEndpointKey(key); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseEndpointKey(%q) error = %v, want ErrMalformedKey", key, err)
+		}
+	}
+	partition := []string{
+		"/kvindex/v1/offsets/t",
+		"/kvindex/v1/offsets/t/-1",
+		"/kvindex/v1/offsets/t/2147483648",
+		"/kvindex/v1/offsets/t/1/2",
+		"/kvindex/v1/offsets//1",
+	}
+	for _, key := range partition {
+		if _, err := ks.ParseOffsetKey(key); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseOffsetKey(%q) error = %v, want ErrMalformedKey", key, err)
+		}
+	}
+}
+
+func TestValidateName(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		ok   bool
+	}{
+		{name: "ok", in: "vllm-0", ok: true},
+		{name: "empty", in: ""},
+		{name: "not_utf8", in: "a\xffb"},
+		{name: "at_limit", in: strings.Repeat("a", MaxNameLen), ok: true},
+		{name: "over_limit", in: strings.Repeat("a", MaxNameLen+1)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ValidateName("pod", tc.in)
+			if (err == nil) != tc.ok || (err != nil && !errors.Is(err, ErrInvalidName)) {
+				t.Fatalf("ValidateName(%q) = %v, want ok=%v", tc.in, err, tc.ok)
+			}
+		})
+	}
+}
+
+func TestNewRejectsBadPrefix(t *testing.T) {
+	for _, p := range []string{"", "/kvindex"} {
+		if _, err := New(p); !errors.Is(err, ErrInvalidPrefix) {
+			t.Errorf("New(%q) error = %v, want ErrInvalidPrefix", p, err)
+		}
+	}
+}
+
+func TestRangeEnd(t *testing.T) {
+	tests := map[string]string{
+		"/kvindex/v1/blocks/": "/kvindex/v1/blocks0",
+		"a\xff":               "b",
+		"\xff\xff":            "\x00",
+	}
+	for in, want := range tests {
+		if got := RangeEnd(in); got != want {
+			t.Errorf("RangeEnd(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestOffsetValues(t *testing.T) {
+	for _, n := range []int64{0, 1, 1 << 40} {
+		got, err := ParseOffset([]byte(FormatOffset(n)))
+		if err != nil || got != n {
+			t.Fatalf("ParseOffset(FormatOffset(%d)) = %d, %v", n, got, err)
+		}
+	}
+	for _, bad := range []string{"", "-1", "01", "1.0", " 1", "x"} {
+		if _, err := ParseOffset([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
+			t.Errorf("ParseOffset(%q) error = %v, want ErrMalformedValue", bad, err)
+		}
+	}
+}
+
+func TestRecordsRoundTrip(t *testing.T) {
+	seq := uint64(41)
+	rec := EndpointRecord{
+		BlockSize:   16,
+		HashMode:    HashModeEngine,
+		Seq:         &seq,
+		BatchTS:     1733000000.25,
+		Incarnation: "engine-1",
+		LastRecord:  time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC),
+		Topic:       "kvindex-events",
+		Partition:   3,
+		Lease:       0x694d7b3c5c2b1e04,
+		TierLeases:  map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
+	}
+	b, err := rec.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"lease":"694d7b3c5c2b1e04"`) {
+		t.Fatalf("lease id not stored in etcdctl's hex form: %s", b)
+	}
+	got, err := UnmarshalEndpointRecord(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(rec, got); diff != "" {
+		t.Fatalf("endpoint record round trip (-want +got):\n%s", diff)
+	}
+	if got.Shards(tier.GPU)[0].Keys != 10 || got.Shards(tier.CPU) != nil {
+		t.Fatalf("Shards = %v / %v", got.Shards(tier.GPU), got.Shards(tier.CPU))
+	}
+	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`} {
+		if _, err := UnmarshalEndpointRecord([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
+			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
+		}
+	}
+	own := OwnerRecord{MemberID: "m-1", Generation: 4, Nonce: "n", Claimed: time.Unix(5, 0).UTC()}
+	ob, err := own.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotOwn, err := UnmarshalOwnerRecord(ob); err != nil || !cmp.Equal(own, gotOwn) {
+		t.Fatalf("owner record round trip: %v, %v", gotOwn, err)
+	}
+	ing := IngesterRecord{Host: "h", Started: time.Unix(6, 0).UTC(), Partitions: []string{"t/0"}}
+	ib, err := ing.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if gotIng, err := UnmarshalIngesterRecord(ib); err != nil || !cmp.Equal(ing, gotIng) {
+		t.Fatalf("ingester record round trip: %v, %v", gotIng, err)
+	}
+}

@@ -1,0 +1,81 @@
+package scenario
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestLoadFixtures(t *testing.T) {
+	all, err := Glob(filepath.Join("..", "..", "testdata", "fixtures", "scenarios", "*.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) < 12 {
+		t.Fatalf("loaded %d scenarios, want at least 12", len(all))
+	}
+	for _, s := range all {
+		var pubs, looks int
+		for _, st := range s.Steps {
+			switch st.Kind {
+			case KindPublish:
+				pubs++
+			case KindLookup:
+				looks++
+			}
+		}
+		if s.Name == "" || pubs == 0 || looks == 0 {
+			t.Errorf("%s: name %q, %d publishes, %d lookups", s.Path, s.Name, pubs, looks)
+		}
+	}
+	p07 := all[6]
+	if p07.Name != "p07_large_event" || len(p07.Steps[1].Lookup.Hashes) != 1000 {
+		t.Fatalf("p07 parsed wrong: %q with %d hashes", p07.Name, len(p07.Steps[1].Lookup.Hashes))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name, in string
+	}{
+		{name: "empty", in: ""},
+		{name: "no_scenario_line", in: `{"step":"lookup","model":"m","hashes":[],"expect":[]}`},
+		{name: "bad_json", in: `{"step":"scenario"` + "\n"},
+		{name: "unknown_step", in: `{"step":"scenario"}` + "\n" + `{"step":"sleep"}`},
+		{name: "bad_base64", in: `{"step":"scenario"}` + "\n" + `{"step":"publish","key":"p","headers":{"model":"m"},"value_b64":"!!"}`},
+		{name: "no_model_header", in: `{"step":"scenario"}` + "\n" + `{"step":"publish","key":"p","headers":{},"value_b64":""}`},
+		{name: "bad_hash", in: `{"step":"scenario"}` + "\n" + `{"step":"lookup","model":"m","hashes":["xyz"],"expect":[]}`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := Parse(strings.NewReader(tc.in)); !errors.Is(err, ErrMalformed) {
+				t.Fatalf("Parse error = %v, want ErrMalformed", err)
+			}
+		})
+	}
+}
+
+func TestCompare(t *testing.T) {
+	expect := []Match{{Pod: "a", Blocks: 2, Tiers: []string{"gpu", "cpu"}}, {Pod: "b", DPRank: 1, Blocks: 1}}
+	tests := []struct {
+		name   string
+		actual []Match
+		want   []string
+	}{
+		{name: "equal_any_order", actual: []Match{{Pod: "b", DPRank: 1, Blocks: 1, Tiers: []string{"disk"}}, {Pod: "a", Blocks: 2, Tiers: []string{"gpu", "cpu"}}}},
+		{name: "missing", actual: []Match{{Pod: "a", Blocks: 2, Tiers: []string{"gpu", "cpu"}}}, want: []string{"b rank 1: expected 1 blocks, got none"}},
+		{name: "wrong_count", actual: []Match{{Pod: "a", Blocks: 1, Tiers: []string{"gpu"}}, {Pod: "b", DPRank: 1, Blocks: 1}}, want: []string{"a rank 0: expected 2 blocks, got 1"}},
+		{name: "wrong_tier", actual: []Match{{Pod: "a", Blocks: 2, Tiers: []string{"gpu", "gpu"}}, {Pod: "b", DPRank: 1, Blocks: 1}}, want: []string{"a rank 0: expected tiers [gpu cpu], got [gpu gpu]"}},
+		{name: "extra", actual: []Match{{Pod: "a", Blocks: 2, Tiers: []string{"gpu", "cpu"}}, {Pod: "b", DPRank: 1, Blocks: 1}, {Pod: "c", Blocks: 3}}, want: []string{"c rank 0: expected nothing, got 3 blocks"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Compare(expect, tc.actual)); diff != "" {
+				t.Fatalf("Compare (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,66 @@
+// Package tier names the memory tiers a KV-cache block can live in (GPU,
+// CPU, disk) and the order between them. The names are the ones used in
+// etcd keys (DESIGN "etcd keyspace"); the numbers match the kvindex.v1 Tier
+// enum, so a conversion is a cast.
+package tier
+
+import "fmt"
+
+// Tier is a memory tier. The zero value is Unknown, never a real tier.
+// Lower non-zero values are better tiers: GPU beats CPU beats Disk.
+type Tier uint8
+
+// The tiers, numbered as kvindex.v1.Tier.
+const (
+	Unknown Tier = 0
+	GPU     Tier = 1
+	CPU     Tier = 2
+	Disk    Tier = 3
+)
+
+// All lists the real tiers from best to worst.
+var All = [...]Tier{GPU, CPU, Disk}
+
+// Count is the number of real tiers; a real tier t satisfies 1 <= t <= Count.
+const Count = len(All)
+
+// String returns the key segment of the tier ("gpu", "cpu", "disk"), or
+// "unknown(N)" for a value that is not a real tier.
+func (t Tier) String() string {
+	switch t {
+	case GPU:
+		return "gpu"
+	case CPU:
+		return "cpu"
+	case Disk:
+		return "disk"
+	}
+	return fmt.Sprintf("unknown(%d)", uint8(t))
+}
+
+// Valid reports whether t is a real tier.
+func (t Tier) Valid() bool { return t >= GPU && t <= Disk }
+
+// Better reports whether t is a better tier than u. A real tier is better
+// than Unknown.
+func (t Tier) Better(u Tier) bool {
+	if !t.Valid() {
+		return false
+	}
+	return !u.Valid() || t < u
+}
+
+// Parse maps a key segment ("gpu", "cpu", "disk") back to its tier. It
+// returns Unknown and false for anything else; it does not accept engine
+// medium names (see events.MediumMap for those).
+func Parse(s string) (Tier, bool) {
+	switch s {
+	case "gpu":
+		return GPU, true
+	case "cpu":
+		return CPU, true
+	case "disk":
+		return Disk, true
+	}
+	return Unknown, false
+}

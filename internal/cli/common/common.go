@@ -1,0 +1,93 @@
+// Package common holds the flags and wiring every kvindex subcommand shares,
+// so a flag has one name, one default and one meaning everywhere: logging,
+// etcd, Kafka and the default addresses `kvindex standalone` listens on
+// (which the operator commands dial when given no address).
+package common
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/logging"
+)
+
+// Default addresses. `kvindex standalone` listens on them, and the client
+// commands (lookup, endpoints, replay, bridge) dial them by default, so a
+// user who runs both with no flags gets a working pair.
+const (
+	DefaultEtcdEndpoint = "http://127.0.0.1:2379"
+	DefaultBrokers      = "127.0.0.1:9092"
+	DefaultTopic        = "kvindex-events"
+	DefaultGroup        = "kvindex-ingester"
+	DefaultGRPCAddr     = "127.0.0.1:50051"
+	DefaultMetricsAddr  = "127.0.0.1:9090"
+)
+
+// Logging holds --log-level and --log-format.
+type Logging struct {
+	Level  string
+	Format string
+}
+
+// Register adds the logging flags to fs.
+func (l *Logging) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&l.Level, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&l.Format, "log-format", "text", "log format: text or json")
+}
+
+// Logger builds the logger the flags describe, writing to stderr.
+func (l *Logging) Logger() (*slog.Logger, error) {
+	return logging.New(os.Stderr, l.Level, logging.Format(l.Format))
+}
+
+// Etcd holds the flags that locate kvindex's data in etcd.
+type Etcd struct {
+	Endpoints   []string
+	Prefix      string
+	DialTimeout time.Duration
+}
+
+// Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
+func (e *Etcd) Register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
+	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
+	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "how long to wait for the first etcd connection")
+}
+
+// Keyspace returns the keyspace under --etcd-prefix.
+func (e *Etcd) Keyspace() (keyspace.Keyspace, error) { return keyspace.New(e.Prefix) }
+
+// Client dials etcd. The caller closes the client.
+func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            e.Endpoints,
+		DialTimeout:          e.DialTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               logging.Zap(log.With("component", "etcd-client")),
+		Context:              ctx,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connecting to etcd %v (--etcd-endpoints): %w", e.Endpoints, err)
+	}
+	return cli, nil
+}
+
+// Kafka holds --brokers and --topic.
+type Kafka struct {
+	Brokers []string
+	Topic   string
+}
+
+// Register adds --brokers and --topic to fs.
+func (k *Kafka) Register(fs *pflag.FlagSet) {
+	fs.StringSliceVar(&k.Brokers, "brokers", []string{DefaultBrokers}, "Kafka seed brokers, comma separated host:port")
+	fs.StringVar(&k.Topic, "topic", DefaultTopic, "Kafka topic of KV event records")
+}

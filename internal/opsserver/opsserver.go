@@ -1,0 +1,95 @@
+// Package opsserver serves a process's operational HTTP endpoints:
+// Prometheus metrics, liveness and readiness probes, and, when enabled,
+// pprof. Every kvindex role runs one.
+//
+//	/metrics        Prometheus text format from the configured registry
+//	/healthz        200 while the process runs (liveness)
+//	/readyz         200 when Ready returns nil, else 503 with the reason
+//	/debug/pprof/   the runtime profiles, only with Config.Pprof
+package opsserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Addr is the host:port to listen on; port 0 picks a free one.
+	Addr string
+	// Registry is gathered by /metrics. Required.
+	Registry *prometheus.Registry
+	// Ready reports readiness for /readyz; nil means always ready.
+	Ready func() error
+	// Pprof mounts net/http/pprof under /debug/pprof/. Default off: profiles
+	// expose internals and cost CPU while taken.
+	Pprof bool
+}
+
+// Server is a bound, not yet serving, ops HTTP server.
+type Server struct {
+	l   net.Listener
+	srv *http.Server
+}
+
+// New binds cfg.Addr. A taken address fails here, before anything serves,
+// with an error naming it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Registry == nil {
+		return nil, errors.New("opsserver: Registry is required")
+	}
+	l, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("opsserver: listening on %s: %w", cfg.Addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{Registry: cfg.Registry}))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+		if cfg.Ready != nil {
+			if err := cfg.Ready(); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		fmt.Fprintln(w, "ok")
+	})
+	if cfg.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+}
+
+// Addr is the bound address.
+func (s *Server) Addr() string { return s.l.Addr().String() }
+
+// Run serves until ctx ends, then shuts down, giving in-flight requests up
+// to 5 seconds.
+func (s *Server) Run(ctx context.Context) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.srv.Serve(s.l) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("opsserver: %w", err)
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(shutCtx)
+	<-errc
+	return err
+}

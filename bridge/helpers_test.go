@@ -43,6 +43,11 @@ type env struct {
 	payloads [][][]byte
 	// partition is where the pod's records go, once seen (-1 before).
 	partition int32
+	// rank is the endpoint's data-parallel rank.
+	rank uint32
+	// subs is how many subscriptions the engine must have received once
+	// the bridge's latest connection is live (see reconnecting).
+	subs uint64
 }
 
 func newEnv(t *testing.T, mod func(*enginesim.Config)) *env {
@@ -98,6 +103,7 @@ func (e *env) start(cfg bridge.Config, live bool) *bridgetest.Running {
 		e.t.Fatal(err)
 	}
 	r := bridgetest.Start(e.t, b)
+	e.subs++
 	if live {
 		e.waitLive(r)
 	}
@@ -109,9 +115,30 @@ func (e *env) waitLive(r *bridgetest.Running) {
 	if err := bridgetest.WaitReady(e.ctx, r.B); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := e.engine.WaitSubscribed(e.ctx, 1); err != nil {
+	if err := e.engine.WaitSubscriptions(e.ctx, e.subs); err != nil {
 		e.t.Fatal(err)
 	}
+}
+
+// reconnecting notes that the bridge will make a new connection (after a
+// blip, an engine restart, a dropped connection).
+func (e *env) reconnecting() { e.subs++ }
+
+// publishRaw publishes payloads as they are (the bridge never decodes
+// them) and returns their records.
+func (e *env) publishRaw(payloads ...[]byte) []rec {
+	e.t.Helper()
+	var want []rec
+	for _, p := range payloads {
+		seq, err := e.engine.Publish(e.ctx, p)
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		proc := len(e.payloads) - 1
+		e.payloads[proc] = append(e.payloads[proc], p)
+		want = append(want, bridgetest.BatchRecord(pod, model, e.rank, seq, p))
+	}
+	return want
 }
 
 // publish publishes n workload batches and returns their records, as the
@@ -130,7 +157,7 @@ func (e *env) publish(n int) []bridgetest.Record {
 			e.t.Fatalf("engine gave seq %d, the test expected %d", seq, len(e.payloads[proc]))
 		}
 		e.payloads[proc] = append(e.payloads[proc], p)
-		want = append(want, bridgetest.BatchRecord(pod, model, 0, seq, p))
+		want = append(want, bridgetest.BatchRecord(pod, model, e.rank, seq, p))
 	}
 	return want
 }
@@ -142,13 +169,14 @@ func (e *env) restartEngine() {
 		e.t.Fatal(err)
 	}
 	e.payloads = append(e.payloads, nil)
+	e.reconnecting()
 }
 
 // batches rebuilds the records of engine process proc's seqs [from, to].
 func (e *env) batches(proc int, from, to uint64) []bridgetest.Record {
 	var out []bridgetest.Record
 	for s := from; s <= to; s++ {
-		out = append(out, bridgetest.BatchRecord(pod, model, 0, s, e.payloads[proc][s]))
+		out = append(out, bridgetest.BatchRecord(pod, model, e.rank, s, e.payloads[proc][s]))
 	}
 	return out
 }

@@ -40,6 +40,9 @@ type Stats struct {
 	BadReplayRequests uint64
 	// Restarts counts Restart calls.
 	Restarts uint64
+	// Subscriptions counts subscribe messages received from SUB peers
+	// (one per connection for a peer that subscribes to one prefix).
+	Subscriptions uint64
 }
 
 type entry struct {
@@ -257,14 +260,42 @@ func (e *Engine) WaitSubscribed(ctx context.Context, n int) error {
 	}
 }
 
+// WaitSubscriptions blocks until the engine has received at least n
+// subscribe messages since New (Stats.Subscriptions), or ctx ends. After a
+// reconnection, waiting for one more than before shows that the new
+// connection is subscribed, whatever the engine still knows of the old.
+func (e *Engine) WaitSubscriptions(ctx context.Context, n uint64) error {
+	for {
+		e.mu.Lock()
+		got, ch, closed := e.stats.Subscriptions, e.changed, e.closed
+		e.mu.Unlock()
+		if got >= n {
+			return nil
+		}
+		if closed {
+			return ErrClosed
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("enginesim: waiting for %d subscriptions (have %d): %w", n, got, ctx.Err())
+		case <-ch:
+		}
+	}
+}
+
 // DisconnectAll closes every PUB and replay connection but keeps the
-// process (sequence numbers, buffer, listeners): a network blip.
+// process (sequence numbers, buffer, listeners): a network blip. The
+// subscribers are gone when it returns.
 func (e *Engine) DisconnectAll() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for c := range e.conns {
 		c.Close()
 	}
+	for s := range e.subs {
+		e.removeLocked(s)
+	}
+	e.notifyLocked()
 }
 
 // Restart simulates a new engine process on the same addresses: it stops
@@ -460,6 +491,7 @@ func (e *Engine) servePub(raw net.Conn) {
 		switch f[0] {
 		case 1:
 			s.topics[string(f[1:])] = struct{}{}
+			e.stats.Subscriptions++
 		case 0:
 			delete(s.topics, string(f[1:]))
 		}

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -227,17 +228,24 @@ func (r *replayStream) close() {
 }
 
 // probe reports whether the engine still answers: a TCP connection and a
-// ZMTP handshake with its replay socket (or its PUB socket when it has
-// none), within the probe interval.
+// ZMTP handshake with its replay socket, or, when that fails or there is
+// none, with its PUB socket, within the probe interval. Only when neither
+// answers is the engine gone: a replay endpoint that was never right must
+// not turn a sidecar restart into a goodbye.
 func (b *Bridge) probe(ctx context.Context) error {
-	addr, typ := b.replayAddr, zmq4.Dealer
-	if addr == "" {
-		addr, typ = b.addr, zmq4.Sub
+	var errs []error
+	if b.replayAddr != "" {
+		c, err := dialZMTP(ctx, b.replayAddr, zmq4.Dealer, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
+		if err == nil {
+			c.close()
+			return nil
+		}
+		errs = append(errs, err)
 	}
-	c, err := dialZMTP(ctx, addr, typ, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
-	if err != nil {
-		return err
+	c, err := dialZMTP(ctx, b.addr, zmq4.Sub, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
+	if err == nil {
+		c.close()
+		return nil
 	}
-	c.close()
-	return nil
+	return errors.Join(append(errs, err)...)
 }

@@ -154,7 +154,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(b.cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(b.cfg.MaxBufferedBytes),
-		kgo.ProducerBatchMaxBytes(int32(max(b.cfg.MaxRecordBytes+64<<10, 1000012))),
+		kgo.ProducerBatchMaxBytes(int32(b.cfg.MaxRecordBytes+recordOverhead)),
 		kgo.WithLogger(logging.Kgo(b.log.With("component", "kafka-producer"))),
 	}, b.cfg.KafkaOptions...)
 	cl, err := kgo.NewClient(opts...)
@@ -190,6 +190,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 	s.run(runCtx, q.in)
 
 	// Shutdown.
+	b.connected.Store(false)
+	b.m.connected.Set(0)
 	flushCtx, cancelFlush := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
 	defer cancelFlush()
 	stopProd := context.AfterFunc(flushCtx, cancelProd)

@@ -55,10 +55,10 @@ type Config struct {
 	MaxBufferedBytes int
 	// MaxRecordBytes is the largest batch payload produced; a larger batch
 	// is skipped, counted, logged and followed by a resync record, since
-	// the ingester must not assume continuity across it. Keep it at or
-	// below the topic's max.message.bytes minus a few hundred bytes of
-	// key and headers. Default 1,000,000 (Kafka's default limit is
-	// 1,048,588); must be at least 1.
+	// the ingester must not assume continuity across it. The producer's
+	// batch limit is MaxRecordBytes + 2 KiB (key, headers, framing), which
+	// the topic's max.message.bytes must allow. Default 1,000,000 (Kafka's
+	// default max.message.bytes is 1,048,588); 1 to 512 MiB.
 	MaxRecordBytes int
 	// KafkaOptions are extra franz-go client options (TLS, SASL, tuning),
 	// applied after the bridge's own. Default none. Options that change
@@ -123,6 +123,15 @@ type Config struct {
 	Clock clockwork.Clock
 }
 
+// maxRecordBytesLimit bounds MaxRecordBytes, keeping the producer's batch
+// limit well inside franz-go's 1 GiB.
+const maxRecordBytesLimit = 512 << 20
+
+// recordOverhead is what a record adds to its payload in a Kafka batch at
+// most: a key and model of up to 512 bytes each, the other headers and the
+// record and batch framing.
+const recordOverhead = 2 << 10
+
 // DefaultConfig returns the defaults documented on Config's fields; the
 // required fields are left empty.
 func DefaultConfig() Config {
@@ -180,6 +189,9 @@ func (c Config) Validate() error {
 		if p.v < 1 {
 			return bad("%s %d: want at least 1", p.name, p.v)
 		}
+	}
+	if c.MaxRecordBytes > maxRecordBytesLimit {
+		return bad("MaxRecordBytes %d: want at most %d", c.MaxRecordBytes, maxRecordBytesLimit)
 	}
 	if c.MaxBufferedBytes < c.MaxRecordBytes {
 		return bad("MaxBufferedBytes %d: want at least MaxRecordBytes (%d)", c.MaxBufferedBytes, c.MaxRecordBytes)

@@ -37,6 +37,7 @@ func TestConfigValidate(t *testing.T) {
 		{"bad_utf8_model", func(c *bridge.Config) { c.Model = "\xff" }},
 		{"no_brokers", func(c *bridge.Config) { c.Brokers = nil }},
 		{"no_topic", func(c *bridge.Config) { c.Topic = "" }},
+		{"huge_record_limit", func(c *bridge.Config) { c.MaxRecordBytes, c.MaxBufferedBytes, c.MaxMessageBytes = 1<<30, 1<<31, 1<<31 }},
 		{"zero_buffered_records", func(c *bridge.Config) { c.MaxBufferedRecords = 0 }},
 		{"buffered_bytes_below_record", func(c *bridge.Config) { c.MaxBufferedBytes = c.MaxRecordBytes - 1 }},
 		{"message_below_record", func(c *bridge.Config) { c.MaxMessageBytes = c.MaxRecordBytes - 1 }},

@@ -262,7 +262,7 @@ func describe(rs []bridgetest.Record) string {
 
 // metric sums the samples of the named metric whose labels include
 // labels (name=value pairs).
-func metric(t *testing.T, cfg bridge.Config, name string, labels ...string) float64 {
+func metric(t testing.TB, cfg bridge.Config, name string, labels ...string) float64 {
 	t.Helper()
 	mfs, err := cfg.Registerer.(*prometheus.Registry).Gather()
 	if err != nil {

@@ -154,7 +154,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.MaxBufferedRecords(b.cfg.MaxBufferedRecords),
 		kgo.MaxBufferedBytes(b.cfg.MaxBufferedBytes),
-		kgo.ProducerBatchMaxBytes(int32(b.cfg.MaxRecordBytes+recordOverhead)),
+		kgo.ProducerBatchMaxBytes(int32(b.cfg.MaxRecordBytes + recordOverhead)),
 		kgo.WithLogger(logging.Kgo(b.log.With("component", "kafka-producer"))),
 	}, b.cfg.KafkaOptions...)
 	cl, err := kgo.NewClient(opts...)

@@ -81,3 +81,72 @@ func TestFrameLimiter(t *testing.T) {
 }
 
 func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// overLimit is the reference for frameLimiter: it parses the frames after
+// the greeting one at a time and reports whether a length header that
+// arrives in full declares a command, or takes a message, over max.
+func overLimit(stream []byte, max uint64) bool {
+	p := stream[min(greetingLen, len(stream)):]
+	var message uint64
+	for len(p) > 0 {
+		flags := p[0]
+		n := 1
+		if flags&flagLong != 0 {
+			n = 8
+		}
+		if len(p) < 1+n {
+			return false // the length never arrives in full
+		}
+		var size uint64
+		for _, c := range p[1 : 1+n] {
+			size = size<<8 | uint64(c)
+		}
+		p = p[1+n:]
+		if flags&flagCommand != 0 {
+			if size > max {
+				return true
+			}
+		} else {
+			if size > max-message {
+				return true
+			}
+			message += size
+		}
+		if uint64(len(p)) < size {
+			return false
+		}
+		p = p[size:]
+		if flags&flagCommand != 0 || flags&flagMore == 0 {
+			message = 0
+		}
+	}
+	return false
+}
+
+func FuzzFrameLimiter(f *testing.F) {
+	greeting := bytes.Repeat([]byte{0x7f}, greetingLen)
+	f.Add(cat(greeting, frame(flagCommand, []byte("READY")), frame(flagMore, nil), frame(0, []byte("abc"))), uint8(3))
+	f.Add(cat(greeting, frame(flagMore, bytes.Repeat([]byte("x"), 60)), frame(0, bytes.Repeat([]byte("y"), 41))), uint8(64))
+	f.Add(cat(greeting, longHeader(0, 1<<40)), uint8(1))
+	f.Add([]byte{1, 2, 3}, uint8(2))
+	f.Fuzz(func(t *testing.T, stream []byte, chunk uint8) {
+		const max = 100
+		want := overLimit(stream, max)
+		a, b := net.Pipe()
+		step := int(chunk%16) + 1
+		go func() {
+			for p := stream; len(p) > 0; p = p[min(step, len(p)):] {
+				if _, err := a.Write(p[:min(step, len(p))]); err != nil {
+					break
+				}
+			}
+			a.Close()
+		}()
+		l := &frameLimiter{Conn: b, max: max, skip: greetingLen}
+		_, err := io.Copy(io.Discard, l)
+		b.Close()
+		if got := errors.Is(err, ErrMessageTooLarge); got != want {
+			t.Fatalf("limiter refused: %v (%v), reference says over the limit: %v", got, err, want)
+		}
+	})
+}

@@ -233,32 +233,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	return flushErr
 }
 
-// run is the sequencer loop: engine events in order, and heartbeats while
-// the PUB socket is connected, until ctx ends or the reader stops.
-func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
-	tick := s.b.clock.NewTicker(s.b.cfg.HeartbeatInterval)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-in:
-			if !ok {
-				return
-			}
-			if err := s.handle(ctx, ev); err != nil {
-				return // only ctx ends handling early
-			}
-		case <-tick.Chan():
-			if s.connected {
-				if s.emit(ctx, s.b.controlRecord(KindHeartbeat)) != nil {
-					return
-				}
-			}
-		}
-	}
-}
-
 // produceLoop hands every record of out to the Kafka client in order.
 // Produce blocks while the client's buffer is full: that is the bridge's
 // backpressure. A record Kafka refuses for good cancels the run.

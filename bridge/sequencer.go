@@ -66,6 +66,32 @@ type sequencer struct {
 	restarts int
 }
 
+// run is the sequencer loop: engine events in order, and heartbeats while
+// the PUB socket is connected, until ctx ends or the reader stops.
+func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
+	tick := s.b.clock.NewTicker(s.b.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-in:
+			if !ok {
+				return
+			}
+			if err := s.handle(ctx, ev); err != nil {
+				return // only ctx ends handling early
+			}
+		case <-tick.Chan():
+			if s.connected {
+				if s.emit(ctx, s.b.controlRecord(KindHeartbeat)) != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
 // float forgets the cursor: the next batch starts the stream wherever it
 // is (fresh start, or after a resync).
 func (s *sequencer) float() { s.known, s.hasLast, s.lastPayload = false, false, nil }

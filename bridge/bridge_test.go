@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/internal/enginesim"
 )
 
@@ -309,4 +310,54 @@ func TestShutdownFlushesReceivedBatches(t *testing.T) {
 	// no gap (the bridge may not have received the tail before stopping).
 	got = got[:len(got)-1]
 	check(t, "batches before the goodbye", want[1:1+len(got)], got)
+}
+
+func TestEngineReplacedUnderLiveConnection(t *testing.T) {
+	// The PUB connection still delivers the old process while the replay
+	// socket already answers for a new one (two simulated engines stand in
+	// for the two sides). The bridge must not produce the old process's
+	// batches after the new one's: it drops what the connection still
+	// delivers and reconnects.
+	e := newEnv(t, nil)
+	replayEngine, err := enginesim.New(enginesim.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replayEngine.Close()
+	cfg := e.config(func(c *bridge.Config) { c.ReplayEndpoint = replayEngine.ReplayEndpoint() })
+	r := e.start(cfg, true)
+	first := e.publish(5)
+	for i := range first {
+		if _, err := replayEngine.Publish(e.ctx, e.payloads[0][i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check(t, "old process", first, e.read(5))
+
+	if err := replayEngine.Restart(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	var second []rec
+	for i := range 3 {
+		p := e.workload.Next().MustEncode()
+		if _, err := replayEngine.Publish(e.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		second = append(second, bridgetest.BatchRecord(pod, model, 0, uint64(i), p))
+	}
+	e.reconnecting()
+	e.engine.DropNext(2)
+	e.publish(3) // seqs 5, 6 dropped; 7 arrives live and reveals the gap
+	check(t, "new process", second, e.read(3))
+	e.waitLive(r)
+	if err := r.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	check(t, "after the new process (old batches must not follow)", nil, e.readAll())
+	checkMetrics(t, cfg, map[string]float64{
+		"kvindex_bridge_engine_restarts_total":                           1,
+		"kvindex_bridge_messages_skipped_total{reason=stale_connection}": 1,
+		"kvindex_bridge_engine_connects_total":                           2,
+		"kvindex_bridge_resyncs_total":                                   0,
+	})
 }

@@ -238,4 +238,16 @@ func TestDataParallelRank(t *testing.T) {
 	check(t, "batches", e.publish(3), e.read(3))
 	clock.Advance(cfg.HeartbeatInterval)
 	check(t, "heartbeat", []rec{bridgetest.ControlRecord(pod, model, 2, bridge.KindHeartbeat)}, e.read(1))
+	checkMetrics(t, cfg, map[string]float64{"kvindex_bridge_dp_rank_mismatches_total": 0})
+}
+
+func TestRankMismatchReported(t *testing.T) {
+	// The batches say rank 1, the bridge was told rank 0: the records go
+	// out unchanged (the ingester skips them) and the bridge reports it.
+	e := newEnv(t, nil)
+	cfg := e.config(nil)
+	e.start(cfg, true)
+	e.workload = enginesim.NewWorkload(5, enginesim.WorkloadConfig{Rank: 1, HasRank: true})
+	check(t, "batches", e.publish(3), e.read(3))
+	checkMetrics(t, cfg, map[string]float64{"kvindex_bridge_dp_rank_mismatches_total": 1})
 }

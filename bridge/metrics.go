@@ -45,6 +45,7 @@ type metrics struct {
 	lost           *prometheus.CounterVec // records given up on, by reason
 	produceSeconds prometheus.Histogram   // Produce call to Kafka acknowledgement
 	shutdowns      *prometheus.CounterVec // shutdowns, by outcome
+	rankMismatches prometheus.Counter     // checked batches whose rank differs from DPRank
 }
 
 func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queued func() float64) (*metrics, error) {
@@ -106,6 +107,10 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 			Name: "kvindex_bridge_shutdowns_total",
 			Help: "Shutdowns, by outcome (engine_gone: goodbye sent; engine_still_there: sidecar-only restart).",
 		}, []string{"outcome"}),
+		rankMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_dp_rank_mismatches_total",
+			Help: "Batches (the first after each connection is checked) whose data_parallel_rank differs from the configured dp_rank.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -126,7 +131,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 	}
 	for _, c := range append([]prometheus.Collector{
 		m.received, m.duplicates, m.produced, m.replayed, m.gaps, m.resyncs, m.skipped, m.replays,
-		m.engineRestarts, m.connects, m.connected, m.lost, m.produceSeconds, m.shutdowns,
+		m.engineRestarts, m.connects, m.connected, m.lost, m.produceSeconds, m.shutdowns, m.rankMismatches,
 	}, gauges...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

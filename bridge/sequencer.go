@@ -7,6 +7,8 @@ import (
 	"fmt"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kvindex/kvindex/internal/events"
 )
 
 // inKind is the kind of an inEvent.
@@ -64,6 +66,9 @@ type sequencer struct {
 	ignoreLive bool
 	// restarts counts new engine processes detected.
 	restarts int
+	// rankChecked is set once the first batch after a connection has been
+	// checked against the configured rank (checkRank).
+	rankChecked bool
 }
 
 // run is the sequencer loop: engine events in order, and heartbeats while
@@ -100,7 +105,7 @@ func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
 	b := s.b
 	switch ev.kind {
 	case evConnected:
-		s.connected, s.ignoreLive = true, false
+		s.connected, s.ignoreLive, s.rankChecked = true, false, false
 		b.connected.Store(true)
 		b.m.connected.Set(1)
 		b.m.connects.Inc()
@@ -347,6 +352,10 @@ func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, rep
 		s.known, s.next = true, seq+1
 		return nil
 	}
+	if !s.rankChecked {
+		s.rankChecked = true
+		s.checkRank(seq, payload)
+	}
 	if err := s.emit(ctx, b.batchRecord(seq, payload)); err != nil {
 		return err
 	}
@@ -356,6 +365,21 @@ func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, rep
 	s.known, s.next = true, seq+1
 	s.hasLast, s.last, s.lastPayload = true, seq, payload
 	return nil
+}
+
+// checkRank decodes one batch (the first after each connection) and logs
+// an error when its data_parallel_rank disagrees with Config.DPRank: the
+// ingester skips every such record (dp_rank_mismatch), so the endpoint
+// would stay empty. The batch is produced either way; the bridge never
+// changes or judges payloads.
+func (s *sequencer) checkRank(seq uint64, payload []byte) {
+	batch, err := events.NewDecoder(nil).Decode(payload)
+	if err != nil || !batch.HasRank || batch.Rank == s.b.cfg.DPRank {
+		return
+	}
+	s.b.m.rankMismatches.Inc()
+	s.b.log.Error("batch data_parallel_rank differs from --dp-rank: the ingester will skip this endpoint's batches",
+		"seq", seq, "batch_rank", batch.Rank, "dp_rank", s.b.cfg.DPRank)
 }
 
 func (s *sequencer) resync(ctx context.Context, reason string) error {

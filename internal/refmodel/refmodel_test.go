@@ -181,7 +181,9 @@ func TestLiveness(t *testing.T) {
 }
 
 func TestLookupBlocksBestTierAndOrder(t *testing.T) {
-	ep := func(pod string, rank uint32) keyspace.Endpoint { return keyspace.Endpoint{Model: "m", Pod: pod, Rank: rank} }
+	ep := func(pod string, rank uint32) keyspace.Endpoint {
+		return keyspace.Endpoint{Model: "m", Pod: pod, Rank: rank}
+	}
 	blocks := []keyspace.Block{
 		{Endpoint: ep("b", 0), Tier: tier.Disk, Hash: 1},
 		{Endpoint: ep("b", 0), Tier: tier.CPU, Hash: 1},

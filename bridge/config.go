@@ -50,8 +50,8 @@ type Config struct {
 	// Kafka acknowledges. Default 10,000; must be at least 1.
 	MaxBufferedRecords int
 	// MaxBufferedBytes bounds the bytes the Kafka client holds
-	// unacknowledged, like MaxBufferedRecords. Default 256 MiB; must be at
-	// least MaxRecordBytes.
+	// unacknowledged, like MaxBufferedRecords. Default 64 MiB (a sidecar's
+	// memory limit is small); must be at least MaxRecordBytes.
 	MaxBufferedBytes int
 	// MaxRecordBytes is the largest batch payload produced; a larger batch
 	// is skipped, counted, logged and followed by a resync record, since
@@ -67,14 +67,16 @@ type Config struct {
 
 	// QueueSize is the capacity of each of the two channels inside the
 	// bridge: ZMQ messages from the SUB reader to the sequencer, and
-	// records from the sequencer to the producer. Default 1,024; must be
-	// at least 1. Memory is bounded by about QueueSize × MaxMessageBytes
-	// plus MaxBufferedBytes.
+	// records from the sequencer to the producer. Default 256; must be at
+	// least 1. Memory is bounded by 2 × QueueSize messages (of at most
+	// MaxMessageBytes, in practice the engine's batch size) plus
+	// MaxBufferedBytes.
 	QueueSize int
 	// MaxMessageBytes bounds one ZMQ message (all frames) read from the
 	// engine; a larger one drops the connection before it is read
-	// (counted, then healed or resynced like any loss). Default 64 MiB;
-	// must be at least MaxRecordBytes.
+	// (counted, then healed or resynced like any loss). Messages between
+	// MaxRecordBytes and it are read, skipped and resynced without losing
+	// the connection. Default 16 MiB; must be at least MaxRecordBytes.
 	MaxMessageBytes int
 
 	// HeartbeatInterval is the period of kind=heartbeat records while the
@@ -137,10 +139,10 @@ const recordOverhead = 2 << 10
 func DefaultConfig() Config {
 	return Config{
 		MaxBufferedRecords:  10000,
-		MaxBufferedBytes:    256 << 20,
+		MaxBufferedBytes:    64 << 20,
 		MaxRecordBytes:      1000000,
-		QueueSize:           1024,
-		MaxMessageBytes:     64 << 20,
+		QueueSize:           256,
+		MaxMessageBytes:     16 << 20,
 		HeartbeatInterval:   5 * time.Second,
 		GracePeriod:         10 * time.Second,
 		ProbeInterval:       500 * time.Millisecond,

@@ -22,6 +22,7 @@ import (
 type flags struct {
 	logging       common.Logging
 	kafka         common.Kafka
+	etcd          common.Etcd // accepted, unused (see NewCommand)
 	zmq           string
 	replay        string
 	zmqTopic      string
@@ -48,13 +49,19 @@ restart keeps the endpoint's blocks).
 
 The engine of data-parallel rank N binds its configured ports + N (vLLM's
 rule); give the configured endpoints and --dp-rank N, or set
---offset-by-rank=false and give the exact ports.`,
+--offset-by-rank=false and give the exact ports.
+
+The bridge never talks to etcd: the shared --etcd-* flags are accepted, as
+by every role, and ignored.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
 	}
 	fs := cmd.Flags()
 	f.logging.Register(fs)
 	f.kafka.Register(fs)
+	// Every role takes the shared flags (the CLI flag contract), so one
+	// argument template fits all; the bridge ignores the etcd ones.
+	f.etcd.Register(fs)
 	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
 	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")

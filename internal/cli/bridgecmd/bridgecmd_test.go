@@ -65,6 +65,8 @@ func TestRun(t *testing.T) {
 		"--brokers", strings.Join(k.Brokers, ","), "--topic", "events",
 		"--pod", "ns/vllm-1", "--model", "m", "--dp-rank", "1",
 		"--metrics-listen", "127.0.0.1:0", "--grace-period", "0", "--log-level", "error",
+		// Shared flags every role accepts; unused by the bridge.
+		"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-prefix", "/kvindex/v1/",
 	})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()

@@ -43,7 +43,7 @@ const (
 // headers are the record headers the ingester reads; a repeated header's
 // last value wins.
 type headers struct {
-	model, kind, dpRank, seq, incarnation, format    string
+	model, kind, dpRank, seq, incarnation, format   string
 	hasModel, hasKind, hasDPRank, hasSeq, hasFormat bool
 }
 

@@ -138,4 +138,3 @@ func (e *endpoint) leaseIDs(dst []clientv3.LeaseID) []clientv3.LeaseID {
 	}
 	return dst
 }
-

@@ -25,6 +25,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.RebalanceTimeout)
 	defer cancel()
 	member, gen := cl.GroupMetadata()
+	adm := kadm.NewClient(cl)
 	ks := in.cfg.Keyspace
 	type claimed struct {
 		rev    int64
@@ -67,11 +68,11 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	var starts, ends kadm.ListedOffsets
 	err := retry(ctx, func() error {
 		var err error
-		if starts, err = in.adm.ListStartOffsets(ctx, in.cfg.Topic); err == nil {
+		if starts, err = adm.ListStartOffsets(ctx, in.cfg.Topic); err == nil {
 			err = starts.Error()
 		}
 		if err == nil {
-			if ends, err = in.adm.ListEndOffsets(ctx, in.cfg.Topic); err == nil {
+			if ends, err = adm.ListEndOffsets(ctx, in.cfg.Topic); err == nil {
 				err = ends.Error()
 			}
 		}
@@ -144,7 +145,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 		if w.reset >= 0 {
 			from = w.reset
 		}
-		in.start(w, from)
+		in.start(cl, w, from)
 	}
 	return nil
 }

@@ -38,8 +38,7 @@ type Ingester struct {
 	// workers derive theirs from it.
 	runCtx  context.Context
 	fail    context.CancelCauseFunc
-	cl      *kgo.Client
-	adm     *kadm.Client
+	cl      *kgo.Client // set by Run before polling; used by the poll loop only
 	ready   atomic.Bool
 	workers sync.WaitGroup
 
@@ -133,7 +132,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}
-	in.cl, in.adm = cl, kadm.NewClient(cl)
+	in.cl = cl
 
 	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
 	keeperDone := make(chan struct{})
@@ -212,7 +211,7 @@ func (in *Ingester) outOfRange(ctx context.Context, p int32) {
 	if part == nil {
 		return
 	}
-	starts, err := in.adm.ListStartOffsets(ctx, in.cfg.Topic)
+	starts, err := kadm.NewClient(in.cl).ListStartOffsets(ctx, in.cfg.Topic)
 	if err == nil {
 		err = starts.Error()
 	}
@@ -374,7 +373,7 @@ func (in *Ingester) forget(ps []int32) {
 }
 
 // start runs w, whose partition is to be fetched from offset from.
-func (in *Ingester) start(w *worker, from int64) {
+func (in *Ingester) start(cl *kgo.Client, w *worker, from int64) {
 	ctx, cancel := context.WithCancel(in.runCtx)
 	part := &partition{w: w, from: from, in: make(chan input, inputQueue), drain: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	part.committed.Store(-1)
@@ -395,7 +394,7 @@ func (in *Ingester) start(w *worker, from int64) {
 		case err == nil || errors.Is(err, context.Canceled):
 		case errors.Is(err, ErrFenced):
 			in.log.Error("partition fenced: another ingester claimed it; stopping its worker", "partition", w.p.Partition)
-			in.cl.PauseFetchPartitions(map[string][]int32{in.cfg.Topic: {w.p.Partition}})
+			cl.PauseFetchPartitions(map[string][]int32{in.cfg.Topic: {w.p.Partition}})
 		case errors.As(err, &hook):
 			in.fail(hook.err)
 		default:

@@ -239,3 +239,33 @@ func KVs(ctx context.Context, cli *clientv3.Client, prefix string) ([]*mvccpb.Ke
 	}
 	return resp.Kvs, nil
 }
+
+// Applied blocks until every partition in want has a stored next offset
+// past want's offset (true), or ctx ends (false, with ctx's error).
+func Applied(ctx context.Context, cli *clientv3.Client, ks keyspace.Keyspace, topic string, want Offsets) error {
+	for {
+		got, rev, err := StoredOffsets(ctx, cli, ks, topic)
+		if err != nil {
+			return err
+		}
+		done := true
+		for p, off := range want {
+			if got[p] <= off {
+				done = false
+			}
+		}
+		if done {
+			return nil
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		wch := cli.Watch(wctx, ks.OffsetsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		select {
+		case <-wch:
+		case <-ctx.Done():
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+}

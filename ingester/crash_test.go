@@ -91,10 +91,16 @@ func TestCrashReplay(t *testing.T) {
 
 	// The run without crashes.
 	clean := configure("clean")
+	var cleanTxns [5]atomic.Int64 // by kind; [0] all kinds
+	clean.BeforeTxn = func(_ context.Context, info TxnInfo) error {
+		cleanTxns[0].Add(1)
+		cleanTxns[info.Kind].Add(1)
+		return nil
+	}
 	began := time.Now()
 	r := start(t, clean)
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, clean.Keyspace, topic, end)
-	t.Logf("clean run: %v", time.Since(began))
+	t.Logf("clean run: %v, %d transactions", time.Since(began), cleanTxns[0].Load())
 	if err := r.stop(); err != nil {
 		t.Fatalf("clean run: %v", err)
 	}
@@ -113,7 +119,8 @@ func TestCrashReplay(t *testing.T) {
 		crashAt := int64(-1)
 		crashKind := TxnKind(rng.IntN(4))
 		if crashes < 30 {
-			crashAt = 1 + rng.Int64N(12)
+			// Spread the crash points over the whole stream.
+			crashAt = 1 + rng.Int64N(max(1, cleanTxns[crashKind].Load()/25))
 		}
 		cfg.BeforeTxn = func(_ context.Context, info TxnInfo) error {
 			if crashKind != 0 && info.Kind != crashKind {

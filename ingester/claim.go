@@ -204,9 +204,6 @@ func (w *worker) init(ctx context.Context) error {
 				ep.tiers[t] = kept
 			}
 			w.leases = ep.leaseIDs(w.leases)
-			if ep.cur.lastRecord.After(w.clock) {
-				w.clock = ep.cur.lastRecord
-			}
 		}
 		w.keeper.adopt(w.leases...)
 	}

@@ -66,20 +66,32 @@ func (e *env) config(t *testing.T, topic, group, prefix string) Config {
 
 // running is an ingester started by start.
 type running struct {
-	in     *Ingester
-	cancel context.CancelFunc
-	done   chan error
+	in       *Ingester
+	cancel   context.CancelFunc
+	done     chan error
+	assigned chan struct{} // signalled after every assignment change
 }
 
 // start runs an ingester with cfg until the test ends or stop is called.
 func start(t *testing.T, cfg Config) *running {
 	t.Helper()
+	assigned := make(chan struct{}, 1)
+	prev := cfg.OnAssigned
+	cfg.OnAssigned = func(ps []int32) {
+		if prev != nil {
+			prev(ps)
+		}
+		select {
+		case assigned <- struct{}{}:
+		default:
+		}
+	}
 	in, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{in: in, cancel: cancel, done: make(chan error, 1)}
+	r := &running{in: in, cancel: cancel, done: make(chan error, 1), assigned: assigned}
 	go func() { r.done <- in.Run(ctx) }()
 	t.Cleanup(func() { _ = r.stop() })
 	return r
@@ -104,6 +116,18 @@ func (r *running) wait(ctx context.Context) error {
 		return err
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// waitOwned waits until the ingester owns at least n partitions.
+func (r *running) waitOwned(t *testing.T, ctx context.Context, n int) {
+	t.Helper()
+	for len(r.in.Partitions()) < n {
+		select {
+		case <-r.assigned:
+		case <-ctx.Done():
+			t.Fatalf("owning %v, waited for %d partitions: %v", r.in.Partitions(), n, ctx.Err())
+		}
 	}
 }
 

@@ -57,6 +57,10 @@ type worker struct {
 
 	// clock is the partition clock; minLast a lower bound of the live
 	// endpoints' last-record times (so most records skip the expiry scan).
+	// The clock starts at zero when a worker starts, not at the loaded
+	// endpoints' last-record times: a replay of older records (an offset
+	// rewound by an operator) must age by its own record times, so the
+	// endpoints it touches cannot look fresher than they were.
 	clock   time.Time
 	minLast time.Time
 
@@ -377,7 +381,8 @@ func (w *worker) resetTo(ctx context.Context, start int64) error {
 		return err
 	}
 	w.next, w.committed = start, start
-	w.minLast = time.Time{}
+	// A fresh history: the replay's own record times drive the clock.
+	w.clock, w.minLast = time.Time{}, time.Time{}
 	if w.onCommit != nil {
 		w.onCommit(start)
 	}

@@ -144,8 +144,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := w.endpoint(id, true)
-	ep.cur.lastRecord = w.clock
-	w.markDirty(ep)
+	w.touch(ep)
 	if h.hasSeq {
 		reason := ""
 		cur := &ep.cur
@@ -217,9 +216,7 @@ func (w *worker) control(ctx context.Context, id keyspace.Endpoint, kind string)
 			return w.drop(ctx, ep, "resync", false)
 		}
 	case kindHeartbeat:
-		ep := w.endpoint(id, true)
-		ep.cur.lastRecord = w.clock
-		w.markDirty(ep)
+		w.touch(w.endpoint(id, true))
 	}
 	return nil
 }

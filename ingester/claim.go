@@ -117,6 +117,28 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 		m[id] = ep
 	}
 
+	// Adopt the recorded leases that still exist, at once: a crashed
+	// predecessor's may have only two thirds of their TTL left.
+	var lresp *clientv3.LeaseLeasesResponse
+	if err := retry(ctx, func() error {
+		var err error
+		lresp, err = in.cfg.Etcd.Leases(ctx)
+		return err
+	}); err != nil {
+		return fmt.Errorf("%w: listing leases: %v", ErrClaim, err)
+	}
+	live := make(map[clientv3.LeaseID]bool, len(lresp.Leases))
+	for _, l := range lresp.Leases {
+		live[l.ID] = true
+	}
+	var adopted []clientv3.LeaseID
+	for _, m := range eps {
+		for _, ep := range m {
+			adopted = adoptLeases(ep, live, adopted)
+		}
+	}
+	in.keeper.adopt(adopted...)
+
 	cl.ResumeFetchPartitions(map[string][]int32{in.cfg.Topic: ps})
 	for _, p := range ps {
 		c := got[p]
@@ -170,42 +192,13 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 	}
 }
 
-// init adopts the leases of the loaded endpoints, performs an offset reset
-// if one is due, and drops endpoints a crashed window left behind.
+// init performs an offset reset if one is due and drops the endpoints a
+// crashed window left behind, before the first record.
 func (w *worker) init(ctx context.Context) error {
-	if len(w.eps) > 0 {
-		var resp *clientv3.LeaseLeasesResponse
-		if err := retry(ctx, func() error {
-			var err error
-			resp, err = w.etcd.Leases(ctx)
-			return err
-		}); err != nil {
-			return err
+	for _, ep := range w.eps {
+		if ep.leasesDirty {
+			w.markDirty(ep)
 		}
-		live := make(map[clientv3.LeaseID]bool, len(resp.Leases))
-		for _, l := range resp.Leases {
-			live[l.ID] = true
-		}
-		for _, ep := range w.eps {
-			if ep.lease != 0 && !live[ep.lease] {
-				ep.lease, ep.inEtcd = 0, false
-				w.markDirty(ep)
-			}
-			for _, t := range tier.All {
-				kept := ep.tiers[t][:0]
-				for _, s := range ep.tiers[t] {
-					if live[s.id] {
-						kept = append(kept, s)
-					} else {
-						ep.leasesDirty = true
-						w.markDirty(ep)
-					}
-				}
-				ep.tiers[t] = kept
-			}
-			w.leases = ep.leaseIDs(w.leases)
-		}
-		w.keeper.adopt(w.leases...)
 	}
 	if w.reset >= 0 {
 		start := w.reset
@@ -227,6 +220,29 @@ func (w *worker) init(ctx context.Context) error {
 		return w.commit(ctx)
 	}
 	return nil
+}
+
+// adoptLeases forgets the leases of ep that no longer exist and appends
+// the live ones to dst. An endpoint whose record lease is gone, or that lost
+// a shard, is rewritten by the next commit.
+func adoptLeases(ep *endpoint, live map[clientv3.LeaseID]bool, dst []clientv3.LeaseID) []clientv3.LeaseID {
+	if ep.lease != 0 && !live[ep.lease] {
+		ep.lease, ep.inEtcd = 0, false
+		ep.leasesDirty = true
+	}
+	for _, t := range tier.All {
+		kept := ep.tiers[t][:0]
+		for _, s := range ep.tiers[t] {
+			if live[s.id] {
+				kept = append(kept, s)
+			} else {
+				ep.leasesDirty = true
+			}
+		}
+		clear(ep.tiers[t][len(kept):])
+		ep.tiers[t] = kept
+	}
+	return ep.leaseIDs(dst)
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off between tries.

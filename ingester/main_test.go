@@ -57,8 +57,8 @@ func (e *env) config(t *testing.T, topic, group, prefix string) Config {
 	cfg.Topic = topic
 	cfg.Group = group
 	cfg.Keyspace = ks
-	cfg.SessionTimeout = 600 * time.Millisecond
-	cfg.RebalanceTimeout = time.Second
+	cfg.SessionTimeout = time.Second
+	cfg.RebalanceTimeout = 1500 * time.Millisecond
 	cfg.LeaseTTL = 10 * time.Second
 	cfg.Logger = testLogger()
 	return cfg

@@ -208,6 +208,15 @@ func (w *worker) onTick(ctx context.Context) error {
 	return w.expire(ctx)
 }
 
+// touch records a batch or heartbeat of ep at the partition clock.
+func (w *worker) touch(ep *endpoint) {
+	ep.cur.lastRecord = w.clock
+	if w.clock.Before(w.minLast) {
+		w.minLast = w.clock
+	}
+	w.markDirty(ep)
+}
+
 // markDirty queues ep's record for the window's commit transaction.
 func (w *worker) markDirty(ep *endpoint) {
 	if !ep.dirty {
@@ -223,7 +232,6 @@ func (w *worker) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 		return ep
 	}
 	ep := newEndpoint(w.cfg.Keyspace, id)
-	ep.cur.lastRecord = w.clock
 	w.eps[id] = ep
 	return ep
 }

@@ -1,0 +1,278 @@
+package ingester
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// Defaults of Config (DESIGN "Writes").
+const (
+	DefaultTopic            = "kvindex-events"
+	DefaultGroup            = "kvindex-ingester"
+	DefaultMaxTxnOps        = 128
+	DefaultMaxTxnBytes      = 1 << 20
+	DefaultWindowRecords    = 1024
+	DefaultWindowOps        = 4096
+	DefaultLeaseTTL         = 120 * time.Second
+	DefaultLivenessWindow   = 30 * time.Second
+	DefaultKeysPerLease     = 10_000
+	DefaultDropPageSize     = 10_000
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
+)
+
+// etcdMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB); a
+// transaction's encoded size must stay under it.
+const etcdMaxRequestBytes = 1536 * 1024
+
+// Config configures an Ingester. Build one with DefaultConfig and change
+// what you need; New validates it.
+type Config struct {
+	// Etcd is the client every write goes through. Required; the caller
+	// owns it and closes it after Run returns.
+	Etcd *clientv3.Client
+	// Keyspace places every key. The zero value means keyspace.Default().
+	Keyspace keyspace.Keyspace
+	// Brokers are the Kafka seed brokers (host:port). Required.
+	Brokers []string
+	// Topic is the KV-event topic. Default DefaultTopic; required.
+	Topic string
+	// Group is the consumer group. Default DefaultGroup; required.
+	Group string
+	// ID names this ingester in owner records and its ingesters/ key.
+	// Default: the host name and process id; empty means that default.
+	ID string
+
+	// MaxTxnOps bounds the operations of one etcd transaction (etcd's
+	// --max-txn-ops, default 128). Default DefaultMaxTxnOps; at least 8.
+	MaxTxnOps int
+	// MaxTxnBytes bounds the encoded size of one transaction; it must stay
+	// under etcd's --max-request-bytes (1.5 MiB by default). Default
+	// DefaultMaxTxnBytes (1 MiB); between 16 KiB and 1.5 MiB.
+	MaxTxnBytes int
+	// WindowRecords ends a batch window after this many records (a window
+	// also ends whenever the partition has no more records queued).
+	// Default DefaultWindowRecords; at least 1.
+	WindowRecords int
+	// WindowOps ends a batch window once it holds this many pending block
+	// operations. Default DefaultWindowOps; at least 1. A single record
+	// bigger than this still forms one window.
+	WindowOps int
+
+	// LeaseTTL is the TTL of every lease the ingester grants, a whole
+	// number of seconds. Keepalives renew at a third of it, so after a
+	// crash two thirds may be left: Validate requires 2/3 × LeaseTTL >
+	// SessionTimeout + RebalanceTimeout + LeaseTTL/10 (the margin).
+	// Default DefaultLeaseTTL (120 s).
+	LeaseTTL time.Duration
+	// LivenessWindow drops an endpoint that sent no batch or heartbeat for
+	// longer than this on its partition's clock (DESIGN semantics 8).
+	// Default DefaultLivenessWindow (30 s); must be positive.
+	LivenessWindow time.Duration
+	// KeysPerLease bounds the block keys attached to one lease; an
+	// (endpoint, tier) gets another lease shard past it, so revoking or
+	// expiring one lease deletes a bounded number of keys. Default
+	// DefaultKeysPerLease; at least 1.
+	KeysPerLease int
+	// DropPageSize bounds the keys one guarded range delete removes.
+	// Default DefaultDropPageSize; at least 1.
+	DropPageSize int
+
+	// SessionTimeout is the consumer group's session timeout. Default
+	// DefaultSessionTimeout (10 s); must be positive and allowed by the
+	// brokers.
+	SessionTimeout time.Duration
+	// RebalanceTimeout is the consumer group's rebalance timeout; it also
+	// bounds how long a revoked partition may take to write its last
+	// window. Default DefaultRebalanceTimeout (30 s); must be positive.
+	RebalanceTimeout time.Duration
+
+	// Mediums maps engine medium strings to tiers. Nil means
+	// events.DefaultMediums().
+	Mediums events.MediumMap
+	// Registry receives the ingester's metrics. Nil means a private
+	// registry nobody scrapes.
+	Registry prometheus.Registerer
+	// Logger receives structured logs. Nil discards them.
+	Logger *slog.Logger
+	// Clock is the wall clock of the partition clock once a partition is
+	// caught up (DESIGN semantics 8). Nil means the real clock. Lease
+	// keepalives always use real time: etcd expires leases in real time.
+	Clock clockwork.Clock
+	// KafkaOpts are appended to the Kafka client's options (tests, TLS,
+	// SASL). The ingester's own consumer-group options come first.
+	KafkaOpts []kgo.Opt
+
+	// OnAssigned, when set, is called with the partitions this member owns
+	// after every assignment change. It must return quickly.
+	OnAssigned func(partitions []int32)
+	// BeforeTxn is a test hook called before each write transaction. A
+	// non-nil error aborts the ingester as a crash would: nothing more is
+	// written and Run returns the error.
+	BeforeTxn func(ctx context.Context, info TxnInfo) error
+
+	// txnObserver receives every write transaction before it is sent
+	// (benchmarks record them to replay against etcd directly).
+	txnObserver func(partition int32, req any)
+}
+
+// TxnInfo describes a write transaction to Config.BeforeTxn.
+type TxnInfo struct {
+	// Partition is the partition whose worker writes it.
+	Partition int32
+	// Kind says what the transaction does.
+	Kind TxnKind
+	// Ops is its number of operations.
+	Ops int
+	// Offset is the next offset it stores, or -1 when it stores none.
+	Offset int64
+}
+
+// TxnKind is what a write transaction does.
+type TxnKind uint8
+
+// The transaction kinds.
+const (
+	// TxnBlocks writes block puts and deletes of a window that has more
+	// transactions to come.
+	TxnBlocks TxnKind = iota + 1
+	// TxnCommit is the last transaction of a window: it writes the
+	// endpoint records and the partition's next offset.
+	TxnCommit
+	// TxnDrop is one guarded page of a range drop.
+	TxnDrop
+	// TxnReset stores the log-start offset after an out-of-range reset.
+	TxnReset
+)
+
+// String returns the kind's metric label.
+func (k TxnKind) String() string {
+	switch k {
+	case TxnBlocks:
+		return "blocks"
+	case TxnCommit:
+		return "commit"
+	case TxnDrop:
+		return "drop"
+	case TxnReset:
+		return "reset"
+	}
+	return fmt.Sprintf("TxnKind(%d)", uint8(k))
+}
+
+// DefaultConfig returns a Config with every default filled in; the caller
+// still sets Etcd and Brokers.
+func DefaultConfig() Config {
+	return Config{
+		Keyspace:         keyspace.Default(),
+		Topic:            DefaultTopic,
+		Group:            DefaultGroup,
+		MaxTxnOps:        DefaultMaxTxnOps,
+		MaxTxnBytes:      DefaultMaxTxnBytes,
+		WindowRecords:    DefaultWindowRecords,
+		WindowOps:        DefaultWindowOps,
+		LeaseTTL:         DefaultLeaseTTL,
+		LivenessWindow:   DefaultLivenessWindow,
+		KeysPerLease:     DefaultKeysPerLease,
+		DropPageSize:     DefaultDropPageSize,
+		SessionTimeout:   DefaultSessionTimeout,
+		RebalanceTimeout: DefaultRebalanceTimeout,
+	}
+}
+
+// Validate reports the first invalid field as an error wrapping
+// ErrInvalidConfig. It does not change c; zero values that mean a default
+// are accepted.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Etcd == nil:
+		return bad("Etcd client is required")
+	case len(c.Brokers) == 0:
+		return bad("Brokers are required")
+	case c.MaxTxnOps < 8:
+		return bad("MaxTxnOps %d: want at least 8", c.MaxTxnOps)
+	case c.MaxTxnBytes < 16<<10 || c.MaxTxnBytes > etcdMaxRequestBytes:
+		return bad("MaxTxnBytes %d: want between 16 KiB and 1.5 MiB", c.MaxTxnBytes)
+	case c.WindowRecords < 1:
+		return bad("WindowRecords %d: want at least 1", c.WindowRecords)
+	case c.WindowOps < 1:
+		return bad("WindowOps %d: want at least 1", c.WindowOps)
+	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:
+		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
+	case c.LivenessWindow <= 0:
+		return bad("LivenessWindow %v: want a positive duration", c.LivenessWindow)
+	case c.KeysPerLease < 1:
+		return bad("KeysPerLease %d: want at least 1", c.KeysPerLease)
+	case c.DropPageSize < 1:
+		return bad("DropPageSize %d: want at least 1", c.DropPageSize)
+	case c.SessionTimeout <= 0:
+		return bad("SessionTimeout %v: want a positive duration", c.SessionTimeout)
+	case c.RebalanceTimeout <= 0:
+		return bad("RebalanceTimeout %v: want a positive duration", c.RebalanceTimeout)
+	}
+	if err := keyspace.ValidateName("topic", c.Topic); err != nil {
+		return bad("Topic: %v", err)
+	}
+	if err := keyspace.ValidateName("group", c.Group); err != nil {
+		return bad("Group: %v", err)
+	}
+	if c.ID != "" {
+		if err := keyspace.ValidateName("ingester id", c.ID); err != nil {
+			return bad("ID: %v", err)
+		}
+	}
+	if c.Keyspace != (keyspace.Keyspace{}) {
+		if _, err := keyspace.New(c.Keyspace.Prefix()); err != nil {
+			return bad("Keyspace: %v", err)
+		}
+	}
+	// Keepalives renew at TTL/3, so a crashed owner's leases may have only
+	// 2/3 of the TTL left; its successor needs at most a session timeout
+	// to notice and a rebalance timeout to take over, plus a margin.
+	if need := c.SessionTimeout + c.RebalanceTimeout + c.LeaseTTL/10; 2*c.LeaseTTL/3 <= need {
+		return bad("LeaseTTL %v: 2/3 of it must exceed SessionTimeout %v + RebalanceTimeout %v + a margin of TTL/10 (%v)",
+			c.LeaseTTL, c.SessionTimeout, c.RebalanceTimeout, c.LeaseTTL/10)
+	}
+	return nil
+}
+
+// withDefaults returns c with the zero values that mean a default filled.
+func (c Config) withDefaults() Config {
+	if c.Keyspace == (keyspace.Keyspace{}) {
+		c.Keyspace = keyspace.Default()
+	}
+	if c.ID == "" {
+		host, err := os.Hostname()
+		if err != nil || host == "" {
+			host = "ingester"
+		}
+		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.Mediums == nil {
+		c.Mediums = events.DefaultMediums()
+	}
+	if c.Registry == nil {
+		c.Registry = prometheus.NewRegistry()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
+	}
+	return c
+}

@@ -1,0 +1,63 @@
+// Package ingester is kvindex's only writer: it reads raw KV-event batches
+// from a Kafka topic with a franz-go consumer group and turns them into
+// fenced, bounded etcd transactions (DESIGN "Writes", semantics 1-8 as
+// settled in docs/semantics.md).
+//
+// # Shape
+//
+// One Ingester is one consumer-group member. Run polls Kafka with
+// BlockRebalanceOnPoll and hands each assigned partition's records, in
+// order, to that partition's worker goroutine; partitions are written
+// concurrently, each by exactly one worker.
+//
+// On assignment the ingester claims owners/{topic}/{partition} (last
+// claimer wins) and remembers the claim's revision; every later write
+// transaction of the partition compares the owner key's ModRevision with
+// it, so a previous owner that still writes (a zombie) fails its compare
+// and stops that partition. It then reads offsets/{topic}/{partition}, the
+// next offset to consume, and starts fetching there: the etcd offset is the
+// truth, Kafka's committed offset only feeds lag monitoring. A stored
+// offset outside the log (topic recreated, retention passed) is logged,
+// counted, the blocks of the partition's endpoints are dropped (they may be
+// stale) and consumption restarts at the log start.
+//
+// # Exactly right after a crash, a rebalance or a replay
+//
+// A worker applies records to an in-memory window: block puts and deletes
+// go into an ordered op set in which the last op per key wins. A window
+// ends when the worker has no more queued records or hits its bounds; it is
+// then written in transactions of at most MaxTxnOps operations and
+// MaxTxnBytes bytes, and only the last one writes the partition's next
+// offset together with the endpoint records (sequence state, liveness,
+// lease IDs) of every endpoint the window touched. Every other write is
+// idempotent: a crash at any point replays the window from the stored
+// offset, and the replay makes the same decisions, because every input to
+// a decision (sequence state, last-record time, the endpoint's existence)
+// is read from the state as of that offset. Endpoint records written before
+// the last transaction (needed so that a record exists before its blocks,
+// the readers' invariant) carry that committed state, or, for an endpoint
+// that did not exist at the stored offset, a zero last-record time that
+// makes a successor drop it before replaying.
+//
+// Range drops (AllBlocksCleared, goodbye, resync, engine restarts, gaps,
+// liveness expiry, offset resets) void the endpoint's pending ops and
+// delete its blocks/ range in guarded pages of at most DropPageSize keys;
+// goodbye and expiry delete the endpoint record in the last page.
+//
+// # Leases
+//
+// Block keys are attached to one lease per (endpoint, tier), sharded past
+// KeysPerLease keys; the endpoint record has a lease of its own. Lease IDs
+// are stored in the endpoint record, so a successor adopts them instead of
+// dropping live blocks. The owner keeps an endpoint's leases alive while
+// the endpoint is live; drops are guarded range deletes, and only leases
+// with no keys left are revoked. A transaction that fails because a lease
+// expired re-grants and retries.
+//
+// # Shutdown
+//
+// Run returns when its context ends: the poll loop stops, workers abandon
+// their open window (a successor replays it), the lease keeper stops
+// renewing (leases are never revoked on shutdown, so a successor can adopt
+// them), and the Kafka client leaves the group.
+package ingester

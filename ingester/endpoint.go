@@ -1,0 +1,140 @@
+package ingester
+
+import (
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+// seqState is the part of an endpoint record that decides what later
+// records do (DESIGN semantics 7 and 8). It is written to etcd only in the
+// transaction that advances the offset past the record that set it.
+type seqState struct {
+	seq         *uint64
+	batchTS     float64
+	incarnation string
+	lastRecord  time.Time
+	blockSize   uint32
+}
+
+// shard is one lease an (endpoint, tier)'s block keys attach to; keys is an
+// upper bound of the keys attached (DESIGN "Writes: leases").
+type shard struct {
+	id   clientv3.LeaseID
+	keys int
+	// txn and unsent count the keys assigned in the transaction being
+	// built (txnBuilder.seq), which etcd cannot count yet.
+	txn    uint64
+	unsent int
+}
+
+// endpoint is a partition worker's state of one endpoint whose records
+// arrive on its partition.
+type endpoint struct {
+	id keyspace.Endpoint
+	// key is the endpoint record's key; blocksPrefix the prefix of its
+	// block keys (computed once: every block key starts with it).
+	key          string
+	blocksPrefix string
+
+	// cur is the state after the last applied record.
+	cur seqState
+	// base is the state as of the partition's stored offset (the window
+	// start); nil when the endpoint did not exist then.
+	base *seqState
+
+	// lease is the endpoint record's lease (0 until granted).
+	lease clientv3.LeaseID
+	// tiers are the lease shards of each tier, oldest first, indexed by
+	// tier.Tier.
+	tiers [tier.Count + 1][]shard
+
+	// inEtcd: a record of this endpoint exists in etcd as far as the
+	// worker knows. leasesDirty: the lease set changed since a record was
+	// last written. mayHaveBlocks: etcd may hold block keys of it (false
+	// only after a drop, or for an endpoint created by this worker).
+	inEtcd        bool
+	leasesDirty   bool
+	mayHaveBlocks bool
+	// dirty: the window changed it; the commit transaction writes it.
+	dirty bool
+	// gone: dropped with its record (goodbye, expiry); a later record of
+	// the same endpoint starts a new state.
+	gone bool
+	// epoch voids pending ops of earlier epochs (a drop increments it).
+	epoch uint32
+	// recTxn and recOp locate the record put in the transaction being
+	// built (recTxn equal to the builder's sequence number).
+	recTxn uint64
+	recOp  int
+}
+
+func newEndpoint(ks keyspace.Keyspace, id keyspace.Endpoint) *endpoint {
+	return &endpoint{id: id, key: ks.EndpointKey(id), blocksPrefix: ks.EndpointBlocksPrefix(id)}
+}
+
+// record builds the endpoint record to store from state st and the current
+// leases.
+func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointRecord {
+	r := keyspace.EndpointRecord{
+		BlockSize:   st.blockSize,
+		HashMode:    keyspace.HashModeEngine,
+		Seq:         st.seq,
+		BatchTS:     st.batchTS,
+		Incarnation: st.incarnation,
+		LastRecord:  st.lastRecord.UTC(),
+		Topic:       p.Topic,
+		Partition:   p.Partition,
+		Lease:       keyspace.LeaseID(e.lease),
+	}
+	for _, t := range tier.All {
+		if len(e.tiers[t]) == 0 {
+			continue
+		}
+		if r.TierLeases == nil {
+			r.TierLeases = make(map[string][]keyspace.LeaseShard, tier.Count)
+		}
+		shards := make([]keyspace.LeaseShard, len(e.tiers[t]))
+		for i, s := range e.tiers[t] {
+			shards[i] = keyspace.LeaseShard{ID: keyspace.LeaseID(s.id), Keys: s.keys}
+		}
+		r.TierLeases[t.String()] = shards
+	}
+	return r
+}
+
+// fromRecord loads a stored record into a fresh endpoint.
+func (e *endpoint) fromRecord(r *keyspace.EndpointRecord) {
+	st := seqState{batchTS: r.BatchTS, incarnation: r.Incarnation, lastRecord: r.LastRecord, blockSize: r.BlockSize}
+	if r.Seq != nil {
+		s := *r.Seq
+		st.seq = &s
+	}
+	e.cur = st
+	base := st
+	e.base = &base
+	e.lease = clientv3.LeaseID(r.Lease)
+	for _, t := range tier.All {
+		for _, s := range r.Shards(t) {
+			e.tiers[t] = append(e.tiers[t], shard{id: clientv3.LeaseID(s.ID), keys: s.Keys})
+		}
+	}
+	e.inEtcd = true
+	e.mayHaveBlocks = true
+}
+
+// leaseIDs appends every lease of the endpoint to dst.
+func (e *endpoint) leaseIDs(dst []clientv3.LeaseID) []clientv3.LeaseID {
+	if e.lease != 0 {
+		dst = append(dst, e.lease)
+	}
+	for _, t := range tier.All {
+		for _, s := range e.tiers[t] {
+			dst = append(dst, s.id)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,408 @@
+package ingester
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/logging"
+)
+
+// inputQueue is how many fetched batches a worker may have queued before
+// the poll loop waits for it.
+const inputQueue = 8
+
+// Ingester is one consumer-group member writing the index. Create it with
+// New and start it with Run; it is single use.
+type Ingester struct {
+	cfg    Config
+	log    *slog.Logger
+	m      *metrics
+	kv     pb.KVClient
+	keeper *keeper
+
+	// runCtx is Run's context (canceled with the cause of a fatal error);
+	// workers derive theirs from it.
+	runCtx  context.Context
+	fail    context.CancelCauseFunc
+	cl      *kgo.Client // set by Run before polling; used by the poll loop only
+	ready   atomic.Bool
+	workers sync.WaitGroup
+
+	mu    sync.Mutex
+	parts map[int32]*partition
+}
+
+// partition is a running worker and the handles to stop it.
+type partition struct {
+	w      *worker
+	from   int64      // the offset fetching starts at
+	in     chan input // sent to by the poll loop only; never closed
+	drain  chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the worker returned
+	err    error         // the worker's result, set before done closes
+
+	committed atomic.Int64 // stored next offset, for Kafka lag commits
+	kafka     int64        // last offset committed to Kafka (poll loop only)
+}
+
+// New validates cfg and returns an Ingester.
+func New(cfg Config) (*Ingester, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m, err := newMetrics(cfg.Registry)
+	if err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "ingester", "topic", cfg.Topic, "group", cfg.Group)
+	return &Ingester{
+		cfg:    cfg,
+		log:    log,
+		m:      m,
+		kv:     clientv3.RetryKVClient(cfg.Etcd),
+		keeper: newKeeper(cfg.Etcd, cfg.LeaseTTL, log, m),
+		parts:  make(map[int32]*partition),
+	}, nil
+}
+
+// Ready reports nil once the ingester has joined its group and is
+// consuming, else why not (for /readyz).
+func (in *Ingester) Ready() error {
+	if !in.ready.Load() {
+		return errors.New("ingester: not consuming yet")
+	}
+	return nil
+}
+
+// Partitions returns the partitions this member owns, sorted.
+func (in *Ingester) Partitions() []int32 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	out := make([]int32, 0, len(in.parts))
+	for p := range in.parts {
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Run consumes until ctx ends or a fatal error (etcd unreachable while
+// claiming, a BeforeTxn hook error), which it returns; a fenced partition
+// is not fatal. Shutdown order: stop polling, stop the workers (their open
+// windows are abandoned, a successor replays them), leave the group, stop
+// renewing leases.
+func (in *Ingester) Run(ctx context.Context) error {
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	in.runCtx, in.fail = runCtx, fail
+
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(in.cfg.Brokers...),
+		kgo.ConsumerGroup(in.cfg.Group),
+		kgo.ConsumeTopics(in.cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.SessionTimeout(in.cfg.SessionTimeout),
+		kgo.RebalanceTimeout(in.cfg.RebalanceTimeout),
+		kgo.HeartbeatInterval(min(3*time.Second, in.cfg.SessionTimeout/3)),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+		kgo.OnPartitionsAssigned(in.onAssigned),
+		kgo.OnPartitionsRevoked(in.onRevoked),
+		kgo.OnPartitionsLost(in.onLost),
+		kgo.AdjustFetchOffsetsFn(in.adjustOffsets),
+		kgo.WithLogger(logging.Kgo(in.log.With("component", "kafka-client"))),
+	}
+	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
+	if err != nil {
+		return fmt.Errorf("ingester: kafka client: %w", err)
+	}
+	in.cl = cl
+
+	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
+	keeperDone := make(chan struct{})
+	go func() {
+		defer close(keeperDone)
+		_ = in.keeper.run(keeperCtx)
+	}()
+
+	in.poll(runCtx)
+
+	// Shutdown: workers first (no more writes), then the group, then the
+	// keepalives.
+	in.stopAll()
+	cl.CloseAllowingRebalance()
+	in.stopAll() // a revoke during close may not have run
+	in.workers.Wait()
+	stopKeeper()
+	<-keeperDone
+	in.ready.Store(false)
+	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
+		return cause
+	}
+	return nil
+}
+
+// poll is the consume loop: it hands each partition's records to its
+// worker, in order, until ctx ends.
+func (in *Ingester) poll(ctx context.Context) {
+	lastCommit := time.Now()
+	for {
+		fs := in.cl.PollFetches(ctx)
+		if ctx.Err() != nil || fs.IsClientClosed() {
+			in.cl.AllowRebalance()
+			return
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, kerr.OffsetOutOfRange) && topic == in.cfg.Topic {
+				in.outOfRange(ctx, p)
+				return
+			}
+			if !errors.Is(err, context.Canceled) {
+				in.log.Warn("fetch error", "partition", p, "err", err)
+			}
+		})
+		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
+			if len(fp.Records) == 0 || fp.Topic != in.cfg.Topic {
+				return
+			}
+			in.mu.Lock()
+			part := in.parts[fp.Partition]
+			in.mu.Unlock()
+			if part == nil {
+				return
+			}
+			select {
+			case part.in <- input{recs: fp.Records, hwm: fp.HighWatermark, reset: -1}:
+			case <-part.done:
+			case <-ctx.Done():
+			}
+		})
+		if time.Since(lastCommit) >= time.Second {
+			in.commitKafka(ctx, false)
+			lastCommit = time.Now()
+		}
+		in.cl.AllowRebalance()
+	}
+}
+
+// outOfRange restarts a partition whose fetch offset left the log while
+// consuming (retention passed it): the worker drops the partition's
+// endpoints and stores the log start, and fetching resumes there.
+func (in *Ingester) outOfRange(ctx context.Context, p int32) {
+	in.mu.Lock()
+	part := in.parts[p]
+	in.mu.Unlock()
+	if part == nil {
+		return
+	}
+	starts, err := kadm.NewClient(in.cl).ListStartOffsets(ctx, in.cfg.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	o, ok := starts.Lookup(in.cfg.Topic, p)
+	if err != nil || !ok {
+		in.log.Error("listing the log start after an out-of-range fetch failed", "partition", p, "err", err)
+		return
+	}
+	select {
+	case part.in <- input{reset: o.Offset}:
+	case <-part.done:
+		return
+	case <-ctx.Done():
+		return
+	}
+	in.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{in.cfg.Topic: {p: {Epoch: -1, Offset: o.Offset}}})
+}
+
+// commitKafka commits the stored offsets to Kafka, for lag monitoring
+// only (the etcd offset is the truth). sync waits for the commit.
+func (in *Ingester) commitKafka(ctx context.Context, sync bool, only ...int32) {
+	offs := map[int32]kgo.EpochOffset{}
+	in.mu.Lock()
+	for p, part := range in.parts {
+		if len(only) > 0 && !slices.Contains(only, p) {
+			continue
+		}
+		if c := part.committed.Load(); c >= 0 && c != part.kafka {
+			offs[p] = kgo.EpochOffset{Epoch: -1, Offset: c}
+			part.kafka = c
+		}
+	}
+	in.mu.Unlock()
+	if len(offs) == 0 {
+		return
+	}
+	all := map[string]map[int32]kgo.EpochOffset{in.cfg.Topic: offs}
+	done := func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, _ *kmsg.OffsetCommitResponse, err error) {
+		if err != nil && ctx.Err() == nil {
+			in.log.Debug("committing offsets to Kafka failed (lag monitoring only)", "err", err)
+		}
+	}
+	if sync {
+		in.cl.CommitOffsetsSync(ctx, all, done)
+	} else {
+		in.cl.CommitOffsets(ctx, all, done)
+	}
+}
+
+// adjustOffsets starts each newly assigned partition at the offset stored
+// in etcd, not at Kafka's committed offset.
+func (in *Ingester) adjustOffsets(_ context.Context, offsets map[string]map[int32]kgo.Offset) (map[string]map[int32]kgo.Offset, error) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for p := range offsets[in.cfg.Topic] {
+		if part := in.parts[p]; part != nil {
+			offsets[in.cfg.Topic][p] = kgo.NewOffset().At(part.from).WithEpoch(-1)
+		}
+	}
+	return offsets, nil
+}
+
+func (in *Ingester) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	ctx := in.runCtx
+	if ps := assigned[in.cfg.Topic]; len(ps) > 0 {
+		if err := in.claim(ctx, cl, ps); err != nil {
+			if ctx.Err() == nil {
+				in.log.Error("claiming partitions failed", "partitions", ps, "err", err)
+				in.fail(err)
+			}
+			return
+		}
+	}
+	in.ready.Store(true)
+	in.assignmentChanged()
+}
+
+func (in *Ingester) onRevoked(_ context.Context, cl *kgo.Client, revoked map[string][]int32) {
+	ps := revoked[in.cfg.Topic]
+	if len(ps) == 0 {
+		return
+	}
+	graceful := in.runCtx.Err() == nil
+	in.stop(ps, graceful)
+	if graceful {
+		ctx, cancel := context.WithTimeout(in.runCtx, in.cfg.RebalanceTimeout/4)
+		in.commitKafka(ctx, true, ps...)
+		cancel()
+	}
+	in.forget(ps)
+	in.assignmentChanged()
+}
+
+func (in *Ingester) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ps := lost[in.cfg.Topic]
+	in.stop(ps, false)
+	in.forget(ps)
+	in.assignmentChanged()
+}
+
+func (in *Ingester) assignmentChanged() {
+	ps := in.Partitions()
+	in.m.partitions.Set(float64(len(ps)))
+	if in.cfg.OnAssigned != nil {
+		in.cfg.OnAssigned(ps)
+	}
+}
+
+// stop stops the workers of ps: gracefully (write what was queued, within
+// half the rebalance timeout) or at once.
+func (in *Ingester) stop(ps []int32, graceful bool) {
+	in.mu.Lock()
+	var parts []*partition
+	for _, p := range ps {
+		if part := in.parts[p]; part != nil {
+			parts = append(parts, part)
+		}
+	}
+	in.mu.Unlock()
+	for _, part := range parts {
+		if graceful {
+			close(part.drain)
+		} else {
+			part.cancel()
+		}
+	}
+	deadline := time.NewTimer(in.cfg.RebalanceTimeout / 2)
+	defer deadline.Stop()
+	for _, part := range parts {
+		select {
+		case <-part.done:
+		case <-deadline.C:
+			in.log.Warn("a revoked partition did not finish its window in time; abandoning it", "partition", part.w.p.Partition)
+			part.cancel()
+			<-part.done
+		}
+		part.cancel()
+	}
+}
+
+// stopAll stops every worker at once.
+func (in *Ingester) stopAll() {
+	in.mu.Lock()
+	ps := make([]int32, 0, len(in.parts))
+	for p := range in.parts {
+		ps = append(ps, p)
+	}
+	in.mu.Unlock()
+	in.stop(ps, false)
+	in.forget(ps)
+}
+
+func (in *Ingester) forget(ps []int32) {
+	in.mu.Lock()
+	for _, p := range ps {
+		delete(in.parts, p)
+	}
+	in.mu.Unlock()
+}
+
+// start runs w, whose partition is to be fetched from offset from.
+func (in *Ingester) start(cl *kgo.Client, w *worker, from int64) {
+	ctx, cancel := context.WithCancel(in.runCtx)
+	part := &partition{w: w, from: from, in: make(chan input, inputQueue), drain: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	part.committed.Store(-1)
+	part.kafka = -1
+	w.onCommit = func(next int64) { part.committed.Store(next) }
+	in.mu.Lock()
+	in.parts[w.p.Partition] = part
+	in.mu.Unlock()
+	in.workers.Add(1)
+	go func() {
+		defer in.workers.Done()
+		defer close(part.done)
+		defer cancel()
+		err := w.run(ctx, part.in, part.drain)
+		part.err = err
+		var hook *hookError
+		switch {
+		case err == nil || errors.Is(err, context.Canceled):
+		case errors.Is(err, ErrFenced):
+			in.log.Error("partition fenced: another ingester claimed it; stopping its worker", "partition", w.p.Partition)
+			cl.PauseFetchPartitions(map[string][]int32{in.cfg.Topic: {w.p.Partition}})
+		case errors.As(err, &hook):
+			in.fail(hook.err)
+		default:
+			in.log.Error("partition worker failed", "partition", w.p.Partition, "err", err)
+			in.fail(err)
+		}
+	}()
+}
+
+// keyspaceLease renders a lease ID as etcdctl does, for logs.
+func keyspaceLease(id clientv3.LeaseID) string { return keyspace.LeaseID(id).String() }

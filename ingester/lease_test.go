@@ -1,0 +1,232 @@
+package ingester
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/refmodel"
+)
+
+func heartbeat(pod string, at time.Time) refmodel.Record {
+	return refmodel.Record{Key: pod, Headers: map[string]string{"model": "m", "kind": "heartbeat", "dp_rank": "0"}, Time: at}
+}
+
+func store(t *testing.T, pod string, at time.Time, hashes ...uint64) refmodel.Record {
+	return batchRecord(t, "m", pod, at, events.Event{Type: events.BlockStored, BlockHashes: hashes, Medium: "GPU"})
+}
+
+// present reports whether pod's endpoint record exists and how many block
+// keys it has.
+func present(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, pod string) (bool, int) {
+	t.Helper()
+	id := keyspace.Endpoint{Model: "m", Pod: pod}
+	resp, err := e.etcd.Client.Get(ctx, ks.EndpointKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks, err := e.etcd.Client.Get(ctx, ks.EndpointBlocksPrefix(id), clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Kvs) == 1, int(blocks.Count)
+}
+
+// shortLeases sets the shortest lease TTL the 2/3 rule allows with the
+// test's session and rebalance timeouts.
+func shortLeases(cfg *Config) {
+	cfg.SessionTimeout = time.Second
+	cfg.RebalanceTimeout = 1500 * time.Millisecond
+	cfg.LeaseTTL = 5 * time.Second
+}
+
+// TestLivenessExpiry: an endpoint silent past the liveness window (on the
+// partition clock, wall time once caught up) is dropped while one that
+// sends heartbeats stays; once the ingester is gone too, the survivor's
+// keys go when its leases expire.
+func TestLivenessExpiry(t *testing.T) {
+	const topic = "live"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	clock := clockwork.NewFakeClockAt(time.Now())
+	cfg := e.config(t, topic, "g-live", "/kvindex/live/")
+	shortLeases(&cfg)
+	cfg.Clock = clock
+	r := start(t, cfg)
+	t0 := clock.Now()
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "silent", t0, 1, 2), store(t, "chatty", t0, 3)}))
+
+	clock.Advance(20 * time.Second)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{heartbeat("chatty", clock.Now())}))
+	if ok, n := present(t, ctx, e, cfg.Keyspace, "silent"); !ok || n != 2 {
+		t.Fatalf("silent endpoint before its window passed: record %v, %d blocks", ok, n)
+	}
+
+	clock.Advance(15 * time.Second) // silent: 35 s without a record; chatty: 15 s
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.Prefix(), "the silent endpoint to expire", func() bool {
+		ok, n := present(t, ctx, e, cfg.Keyspace, "silent")
+		return !ok && n == 0
+	})
+	if ok, n := present(t, ctx, e, cfg.Keyspace, "chatty"); !ok || n != 1 {
+		t.Fatalf("chatty endpoint: record %v, %d blocks; want it kept", ok, n)
+	}
+
+	// The ingester goes too: nobody renews the leases, etcd drops the keys.
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.Prefix(), "the leases to expire", func() bool {
+		ok, n := present(t, ctx, e, cfg.Keyspace, "chatty")
+		return !ok && n == 0
+	})
+}
+
+// outlives waits out one lease TTL and then checks that every lease in ids
+// is still alive and kept alive by r: with its previous owner gone, only r
+// can have renewed it. (Waiting a TTL is the property under test: no event
+// says "nothing expired".)
+func outlives(t *testing.T, ctx context.Context, cli *clientv3.Client, r *running, ttl time.Duration, ids []clientv3.LeaseID) {
+	t.Helper()
+	r.in.keeper.mu.Lock()
+	for _, id := range ids {
+		if r.in.keeper.refs[id] == 0 {
+			t.Errorf("lease %x is not kept alive by the new owner", id)
+		}
+	}
+	r.in.keeper.mu.Unlock()
+	select {
+	case <-time.After(ttl + time.Second):
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	for _, id := range ids {
+		resp, err := cli.TimeToLive(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.TTL <= 0 {
+			t.Errorf("lease %x expired under its new owner", id)
+		}
+	}
+}
+
+// TestLeasesSurviveRestartAndRebalance: an endpoint that keeps sending
+// heartbeats keeps its blocks across an ingester restart and a rebalance:
+// each new owner adopts and renews the recorded leases.
+func TestLeasesSurviveRestartAndRebalance(t *testing.T) {
+	const topic = "keep"
+	e := newEnv(t, 2, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-keep", "/kvindex/keep/")
+	shortLeases(&cfg)
+	id := keyspace.Endpoint{Model: "m", Pod: "pod"}
+	leases := func() (keyspace.EndpointRecord, []clientv3.LeaseID) {
+		rec := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
+		ids := []clientv3.LeaseID{clientv3.LeaseID(rec.Lease)}
+		for _, shards := range rec.TierLeases {
+			for _, s := range shards {
+				ids = append(ids, clientv3.LeaseID(s.ID))
+			}
+		}
+		return rec, ids
+	}
+	beat := func() {
+		ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+			ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{heartbeat("pod", time.Now())}))
+	}
+
+	first := start(t, cfg)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", time.Now(), 1, 2, 3)}))
+	rec0, ids := leases()
+	if len(ids) != 2 {
+		t.Fatalf("endpoint record %+v: want a record lease and one gpu lease", rec0)
+	}
+
+	// Restart: the successor adopts the leases.
+	if err := first.stop(); err != nil {
+		t.Fatal(err)
+	}
+	second := start(t, cfg)
+	second.waitOwned(t, ctx, 2)
+	outlives(t, ctx, e.etcd.Client, second, cfg.LeaseTTL, ids)
+	beat()
+
+	// Rebalance: a second member joins, then the first leaves.
+	third := start(t, cfg)
+	third.waitOwned(t, ctx, 1)
+	beat()
+	if err := second.stop(); err != nil {
+		t.Fatal(err)
+	}
+	third.waitOwned(t, ctx, 2)
+	outlives(t, ctx, e.etcd.Client, third, cfg.LeaseTTL, ids)
+	beat()
+	rec1, ids1 := leases()
+	if rec1.Lease != rec0.Lease || len(ids1) != len(ids) || ids1[1] != ids[1] {
+		t.Errorf("leases changed across restart and rebalance: %v -> %v", ids, ids1)
+	}
+	if ok, n := present(t, ctx, e, cfg.Keyspace, "pod"); !ok || n != 3 {
+		t.Errorf("after restart and rebalance: record %v, %d blocks; want 3", ok, n)
+	}
+}
+
+// TestReplayNeverRevives: a dead endpoint's old records, replayed after
+// the stored offset is rewound or lost, do not bring it back: the replay
+// ages endpoints by its own record times.
+func TestReplayNeverRevives(t *testing.T) {
+	const topic = "revive"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	t0 := time.Now().Add(-time.Hour)
+	recs := []refmodel.Record{store(t, "dead", t0, 1, 2), heartbeat("dead", t0.Add(time.Second)), store(t, "alive", t0.Add(100*time.Second), 3)}
+	end := ingesttest.Produce(t, ctx, e.prod, topic, recs)
+	cfg := e.config(t, topic, "g-revive", "/kvindex/revive/")
+	cfg.Clock = clockwork.NewFakeClockAt(t0.Add(100 * time.Second))
+	offsetKey := cfg.Keyspace.OffsetKey(keyspace.Partition{Topic: topic, Partition: 0})
+	check := func(t *testing.T, what string) {
+		t.Helper()
+		ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, end)
+		if ok, n := present(t, ctx, e, cfg.Keyspace, "dead"); ok || n != 0 {
+			t.Errorf("%s: the dead endpoint is back: record %v, %d blocks", what, ok, n)
+		}
+		if ok, n := present(t, ctx, e, cfg.Keyspace, "alive"); !ok || n != 1 {
+			t.Errorf("%s: the live endpoint: record %v, %d blocks", what, ok, n)
+		}
+	}
+	r := start(t, cfg)
+	check(t, "first pass")
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		rewind func() error
+	}{
+		{"rewound_offset", func() error { _, err := e.etcd.Client.Put(ctx, offsetKey, "0"); return err }},
+		{"lost_offset", func() error { _, err := e.etcd.Client.Delete(ctx, offsetKey); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.rewind(); err != nil {
+				t.Fatal(err)
+			}
+			r := start(t, cfg)
+			check(t, tc.name)
+			if err := r.stop(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}

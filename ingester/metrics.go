@@ -1,0 +1,81 @@
+package ingester
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the ingester's Prometheus metrics (subsystem "ingester").
+type metrics struct {
+	records        prometheus.Counter
+	events         *prometheus.CounterVec // by type
+	skippedRecords *prometheus.CounterVec // by reason (docs/semantics.md)
+	skippedEvents  *prometheus.CounterVec // by reason (events.SkipReason)
+	drops          *prometheus.CounterVec // by reason
+	txns           *prometheus.CounterVec // by kind
+	txnOps         prometheus.Histogram
+	txnSeconds     prometheus.Histogram
+	txnRetries     prometheus.Counter
+	guardFailures  prometheus.Counter
+	leases         prometheus.Gauge
+	leaseGrants    prometheus.Counter
+	leaseRegrants  prometheus.Counter
+	leasesExpired  prometheus.Counter
+	lag            *prometheus.GaugeVec // by partition
+	partitions     prometheus.Gauge
+	offsetResets   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "kvindex", "ingester"
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "records_total",
+			Help: "Kafka records consumed (applied, skipped and control records alike)."}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "events_total",
+			Help: "KV events applied, by type."}, []string{"type"}),
+		skippedRecords: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "skipped_records_total",
+			Help: "Records skipped whole, by reason (docs/semantics.md)."}, []string{"reason"}),
+		skippedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "skipped_events_total",
+			Help: "Events skipped inside applied batches, by reason."}, []string{"reason"}),
+		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "drops_total",
+			Help: "Endpoint range drops, by reason (clear, resync, goodbye, restart, gap, incarnation, no_seq, expired, reset, stale)."}, []string{"reason"}),
+		txns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txns_total",
+			Help: "Write transactions committed, by kind (blocks, commit, drop, reset)."}, []string{"kind"}),
+		txnOps: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops",
+			Help:    "Operations per committed write transaction.",
+			Buckets: []float64{1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024}}),
+		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_seconds",
+			Help:    "Latency of write transactions.",
+			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
+		txnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txn_retries_total",
+			Help: "Write transactions retried after an etcd error."}),
+		guardFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "guard_failures_total",
+			Help: "Write transactions whose owner-key guard failed (this member was fenced)."}),
+		leases: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "leases",
+			Help: "Leases this ingester keeps alive."}),
+		leaseGrants: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_grants_total",
+			Help: "Leases granted."}),
+		leaseRegrants: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_regrants_total",
+			Help: "Leases granted again because a write found its lease expired."}),
+		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_expired_total",
+			Help: "Leases found expired while this ingester kept them alive."}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lag_records",
+			Help: "Records between a partition's high watermark and its stored next offset."}, []string{"partition"}),
+		partitions: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "partitions",
+			Help: "Partitions this ingester owns."}),
+		offsetResets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offset_resets_total",
+			Help: "Stored offsets found outside the log (the partition restarted at the log start)."}),
+	}
+	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
+		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants,
+		m.leasesExpired, m.lag, m.partitions, m.offsetResets} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("ingester: registering metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func partitionLabel(p int32) string { return strconv.FormatInt(int64(p), 10) }

@@ -1,0 +1,163 @@
+package ingester
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// txnOverhead approximates the protobuf framing of one request op (tags,
+// lengths, the lease varint) when estimating a transaction's size.
+const txnOverhead = 24
+
+// txnBuilder builds one guarded write transaction at a time, reusing its
+// memory: request structs live in arrays sized for MaxTxnOps, keys in an
+// arena. A built request is valid until the next reset.
+type txnBuilder struct {
+	seq uint64 // incremented by every reset; names the transaction being built
+
+	req  pb.TxnRequest
+	cmp  pb.Compare
+	cmpu pb.Compare_ModRevision
+	cmps [1]*pb.Compare
+
+	ops   []*pb.RequestOp
+	reqs  []pb.RequestOp
+	puts  []pb.PutRequest
+	putw  []pb.RequestOp_RequestPut
+	dels  []pb.DeleteRangeRequest
+	delw  []pb.RequestOp_RequestDeleteRange
+	arena []byte
+	bytes int
+
+	// offset is the next offset this transaction stores, or -1.
+	offset int64
+}
+
+func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
+	b := &txnBuilder{
+		ops:   make([]*pb.RequestOp, 0, maxOps),
+		reqs:  make([]pb.RequestOp, maxOps),
+		puts:  make([]pb.PutRequest, maxOps),
+		putw:  make([]pb.RequestOp_RequestPut, maxOps),
+		dels:  make([]pb.DeleteRangeRequest, maxOps),
+		delw:  make([]pb.RequestOp_RequestDeleteRange, maxOps),
+		arena: make([]byte, 0, 64<<10),
+	}
+	b.cmp = pb.Compare{Result: pb.Compare_EQUAL, Target: pb.Compare_MOD, Key: []byte(ownerKey), TargetUnion: &b.cmpu}
+	b.cmps[0] = &b.cmp
+	return b
+}
+
+// reset starts a new transaction guarded by ModRevision(owner) == claimRev.
+func (b *txnBuilder) reset(claimRev int64) {
+	b.seq++
+	b.cmpu.ModRevision = claimRev
+	clear(b.ops)
+	b.ops = b.ops[:0]
+	b.arena = b.arena[:0]
+	b.bytes = len(b.cmp.Key) + 16
+	b.offset = -1
+}
+
+func (b *txnBuilder) n() int { return len(b.ops) }
+
+// key copies k into the arena and returns the copy.
+func (b *txnBuilder) key(k []byte) []byte {
+	start := len(b.arena)
+	b.arena = append(b.arena, k...)
+	return b.arena[start:len(b.arena):len(b.arena)]
+}
+
+// put adds a put of key (appended by the caller to the arena, see
+// appendKey) and returns the op's index.
+func (b *txnBuilder) put(key, value []byte, lease clientv3.LeaseID) int {
+	i := len(b.ops)
+	b.puts[i] = pb.PutRequest{Key: key, Value: value, Lease: int64(lease)}
+	b.putw[i] = pb.RequestOp_RequestPut{RequestPut: &b.puts[i]}
+	b.reqs[i] = pb.RequestOp{Request: &b.putw[i]}
+	b.ops = append(b.ops, &b.reqs[i])
+	b.bytes += len(key) + len(value) + txnOverhead
+	return i
+}
+
+// setValue replaces the value of the put at index i.
+func (b *txnBuilder) setValue(i int, value []byte) {
+	b.bytes += len(value) - len(b.puts[i].Value)
+	b.puts[i].Value = value
+}
+
+// del adds a delete of [key, end) (end nil: key alone).
+func (b *txnBuilder) del(key, end []byte) {
+	i := len(b.ops)
+	b.dels[i] = pb.DeleteRangeRequest{Key: key, RangeEnd: end}
+	b.delw[i] = pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &b.dels[i]}
+	b.reqs[i] = pb.RequestOp{Request: &b.delw[i]}
+	b.ops = append(b.ops, &b.reqs[i])
+	b.bytes += len(key) + len(end) + txnOverhead
+}
+
+// request returns the built request.
+func (b *txnBuilder) request() *pb.TxnRequest {
+	b.req = pb.TxnRequest{Compare: b.cmps[:], Success: b.ops}
+	return &b.req
+}
+
+// errLeaseGone reports that a transaction named a lease etcd no longer has.
+var errLeaseGone = errors.New("ingester: lease not found")
+
+// send commits the built transaction, retrying transient etcd errors until
+// ctx ends. It returns ErrFenced when the guard fails, errLeaseGone when a
+// lease expired (the caller re-grants and rebuilds), the BeforeTxn hook's
+// error, or ctx's error.
+func (w *worker) send(ctx context.Context, kind TxnKind) error {
+	b := w.b
+	if w.cfg.BeforeTxn != nil {
+		if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), Offset: b.offset}); err != nil {
+			return &hookError{err}
+		}
+	}
+	req := b.request()
+	if w.cfg.txnObserver != nil {
+		w.cfg.txnObserver(w.p.Partition, req)
+	}
+	backoff := 20 * time.Millisecond
+	for {
+		start := time.Now()
+		resp, err := w.kv.Txn(ctx, req)
+		if err == nil {
+			if !resp.Succeeded {
+				w.m.guardFailures.Inc()
+				return ErrFenced
+			}
+			w.m.txnSeconds.Observe(time.Since(start).Seconds())
+			w.m.txns.WithLabelValues(kind.String()).Inc()
+			w.m.txnOps.Observe(float64(b.n()))
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
+			return errLeaseGone
+		}
+		w.m.txnRetries.Inc()
+		w.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", backoff)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// hookError carries Config.BeforeTxn's error: it aborts the ingester.
+type hookError struct{ err error }
+
+func (e *hookError) Error() string { return "ingester: BeforeTxn hook: " + e.err.Error() }
+func (e *hookError) Unwrap() error { return e.err }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
-	"slices"
 	"testing"
 	"time"
 

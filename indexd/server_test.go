@@ -380,4 +380,3 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
-

@@ -29,7 +29,7 @@ import (
 // service, reflection) that answers from it.
 //
 // Shutdown order (Run, when its context ends): the health service turns
-// NOT_SERVING; the gRPC server stops taking calls and lets in-flight ones
+// NOT_SERVING and ends its Watch streams; the gRPC server stops taking calls and lets in-flight ones
 // finish for up to ShutdownGrace, then closes what is left; the reflector's
 // watch is cancelled. The index stays readable to the end.
 type Server struct {
@@ -39,12 +39,15 @@ type Server struct {
 	lis    net.Listener
 	grpc   *grpc.Server
 	health *health.Server
-	refl   *reflector
-	bcst   *broadcaster
-	m      *metrics
-	ready  atomic.Bool
-	pool   sync.Pool // *lookupScratch
-	ran    atomic.Bool
+	// stopping is cancelled when shutdown begins; it ends health watches.
+	stopping     context.Context
+	stopHealthFn context.CancelFunc
+	refl         *reflector
+	bcst         *broadcaster
+	m            *metrics
+	ready        atomic.Bool
+	pool         sync.Pool // *lookupScratch
+	ran          atomic.Bool
 }
 
 // serviceName is the gRPC health service name of the API.
@@ -69,6 +72,7 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, lis: lis, health: health.NewServer(), bcst: newBroadcaster()}
+	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
 	s.pool.New = func() any { return new(lookupScratch) }
 	s.refl = &reflector{cli: cfg.Etcd, ks: cfg.Keyspace, cfg: cfg, log: cfg.Logger, bcst: s.bcst, onReady: s.setReady}
 	s.m = newMetrics(cfg.Registry, s.refl.current)
@@ -78,7 +82,7 @@ func New(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)))
 	desc := s.serviceDesc()
 	s.grpc.RegisterService(&desc, s)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
+	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, stopping: s.stopping})
 	reflection.Register(s.grpc)
 	return s, nil
 }
@@ -132,6 +136,7 @@ func (s *Server) Run(ctx context.Context) error {
 // ShutdownGrace, then Stop.
 func (s *Server) stop() {
 	s.health.Shutdown()
+	s.stopHealthFn()
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()

@@ -40,7 +40,7 @@ func (b *broadcaster) broadcast() {
 // offset is greater than the record's offset, held in Next) and returns
 // that index. It gives up after timeout or when ctx ends; a deadline
 // either way is ErrBarrierTimeout naming the first lagging partition.
-func (s *Server) waitBarrier(ctx context.Context, records []PartitionOffset, timeout time.Duration) (*Index, error) {
+func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, timeout time.Duration) (*index, error) {
 	start := time.Now()
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
 	timer := time.NewTimer(timeout)

@@ -32,7 +32,7 @@ var benchShapes = []indexShape{
 }
 
 type indexFixture struct {
-	ix      *Index
+	ix      *index
 	model   string
 	prompts [][]uint64 // each a full query: system prefix (if any) + prompt blocks
 	entries uint64
@@ -43,7 +43,7 @@ func buildIndex(tb testing.TB, s indexShape, seed uint64) *indexFixture {
 	tb.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ks := keyspace.Default()
-	ix := NewIndex(ks)
+	ix := newIndex(ks)
 	f := &indexFixture{ix: ix, model: "meta-llama/Llama-3.1-8B-Instruct"}
 	ids := make([]uint32, s.endpoints)
 	for i := range ids {
@@ -93,7 +93,7 @@ func buildIndex(tb testing.TB, s indexShape, seed uint64) *indexFixture {
 	return f
 }
 
-// BenchmarkLookup measures Index.Lookup per looked-up hash against the
+// BenchmarkLookup measures index.Lookup per looked-up hash against the
 // reference of DESIGN's goal (Lookup ≤ 2× a bare map probe per hash): a
 // loop probing a plain map[uint64]uint32 that holds the same keys, for the
 // same queries, timed in the same run. Metrics: ns/hash (Lookup), map-ns/hash
@@ -102,7 +102,7 @@ func BenchmarkLookup(b *testing.B) {
 	for _, s := range benchShapes {
 		b.Run(s.name, func(b *testing.B) {
 			f := buildIndex(b, s, 1)
-			ref := make(map[uint64]uint32, f.ix.Stats().Blocks)
+			ref := make(map[uint64]uint32, f.ix.stats().Blocks)
 			for _, t := range f.ix.tables {
 				for h, v := range t.blocks {
 					ref[h] = v

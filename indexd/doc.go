@@ -36,7 +36,7 @@
 //
 // # The index
 //
-// See Index: endpoints interned to integer IDs, per model one
+// The index (index.go): endpoints interned to integer IDs, per model one
 // map[uint64]uint32 from block hash to an inline (endpoint, tier mask) or
 // an endpoint set in a pointer-free arena. Lookup walks the hashes in
 // order keeping the shrinking set of endpoints still matching and stops

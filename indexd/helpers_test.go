@@ -180,7 +180,7 @@ func (w *writer) barrier() *kvindexv1.Barrier {
 
 // lookup calls Lookup after the writer's last commit is applied and
 // returns the matches in the index's terms.
-func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, cands []keyspace.Endpoint) ([]Match, *kvindexv1.LookupResponse) {
+func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, cands []keyspace.Endpoint) ([]match, *kvindexv1.LookupResponse) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -195,14 +195,14 @@ func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, 
 	return matchesOf(model, resp), resp
 }
 
-func matchesOf(model string, resp *kvindexv1.LookupResponse) []Match {
-	var out []Match
+func matchesOf(model string, resp *kvindexv1.LookupResponse) []match {
+	var out []match
 	for _, m := range resp.Matches {
 		ts := make([]tier.Tier, len(m.Tiers))
 		for i, x := range m.Tiers {
 			ts[i] = tier.Tier(x)
 		}
-		out = append(out, Match{Endpoint: keyspace.Endpoint{Model: model, Pod: m.Endpoint.Pod, Rank: m.Endpoint.DpRank}, Blocks: int(m.MatchedBlocks), Tiers: ts})
+		out = append(out, match{Endpoint: keyspace.Endpoint{Model: model, Pod: m.Endpoint.Pod, Rank: m.Endpoint.DpRank}, Blocks: int(m.MatchedBlocks), Tiers: ts})
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
-// Index is the in-memory image of kvindex's etcd keyspace at one revision:
+// index is the in-memory image of kvindex's etcd keyspace at one revision:
 // per model, block hash -> the endpoints holding the block and their tiers;
 // the endpoints with their records and per-tier block counts; and the
 // partitions' applied next offsets.
@@ -26,16 +26,16 @@ import (
 //
 // Concurrency: one writer (the reflector) mutates under the write lock, one
 // whole etcd revision at a time (write), so readers, who take the read lock,
-// never see half a revision. An Index that is still being built by a list
+// never see half a revision. An index that is still being built by a list
 // is not shared yet and needs no lock.
-type Index struct {
+type index struct {
 	ks keyspace.Keyspace
 
 	mu       sync.RWMutex
 	revision int64
 	// offsets are the applied next offsets per partition, sorted by
 	// (topic, partition).
-	offsets    []PartitionOffset
+	offsets    []partitionOffset
 	tables     map[string]*table
 	eps        []endpoint
 	freeIDs    []uint32
@@ -72,24 +72,24 @@ type endpointMeta struct {
 	partition int32
 }
 
-// PartitionOffset is a partition's applied next offset: every record below
+// partitionOffset is a partition's applied next offset: every record below
 // Next is reflected in the index.
-type PartitionOffset struct {
+type partitionOffset struct {
 	Partition keyspace.Partition
 	Next      int64
 }
 
-// Match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
+// match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
 // Blocks leading hashes are present on Endpoint in some tier, and Tiers[i]
 // is the best tier of block i.
-type Match struct {
+type match struct {
 	Endpoint keyspace.Endpoint
 	Blocks   int
 	Tiers    []tier.Tier
 }
 
-// EndpointInfo is an endpoint as ListEndpoints reports it.
-type EndpointInfo struct {
+// endpointInfo is an endpoint as ListEndpoints reports it.
+type endpointInfo struct {
 	Endpoint keyspace.Endpoint
 	// Blocks counts the endpoint's blocks per tier, indexed by tier-1.
 	Blocks [tier.Count]uint64
@@ -101,8 +101,8 @@ type EndpointInfo struct {
 	Partition int32
 }
 
-// Stats are the index's sizes.
-type Stats struct {
+// indexStats are the index's sizes.
+type indexStats struct {
 	// Entries counts present (block, endpoint, tier) triples.
 	Entries uint64
 	// Blocks counts distinct (model, block hash) keys.
@@ -115,9 +115,9 @@ type Stats struct {
 	SetWords int
 }
 
-// NewIndex returns an empty index for keys under ks at revision 0.
-func NewIndex(ks keyspace.Keyspace) *Index {
-	return &Index{
+// newIndex returns an empty index for keys under ks at revision 0.
+func newIndex(ks keyspace.Keyspace) *index {
+	return &index{
 		ks:         ks,
 		tables:     make(map[string]*table),
 		byPrefix:   make(map[string]uint32),
@@ -128,7 +128,7 @@ func NewIndex(ks keyspace.Keyspace) *Index {
 // write runs fn, which applies the events of one etcd revision with
 // applyPut and applyDelete, under the write lock, and then sets the
 // index's revision to rev: readers see all of the revision or none of it.
-func (ix *Index) write(rev int64, fn func()) {
+func (ix *index) write(rev int64, fn func()) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	fn()
@@ -138,17 +138,17 @@ func (ix *Index) write(rev int64, fn func()) {
 }
 
 // Revision is the etcd revision the index reflects.
-func (ix *Index) Revision() int64 {
+func (ix *index) Revision() int64 {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.revision
 }
 
-// Stats returns the index's sizes.
-func (ix *Index) Stats() Stats {
+// stats returns the index's sizes.
+func (ix *index) stats() indexStats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	s := Stats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
+	s := indexStats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
 	for _, t := range ix.tables {
 		s.Blocks += len(t.blocks)
 	}
@@ -161,7 +161,7 @@ func (ix *Index) Stats() Stats {
 // counts and logs it, and the index is unchanged except that a malformed
 // endpoint record still marks its endpoint as recorded. owners/ and
 // ingesters/ keys are not indexed. The caller holds the write lock.
-func (ix *Index) applyPut(key string, value []byte) (keyspace.Kind, error) {
+func (ix *index) applyPut(key string, value []byte) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
 	case keyspace.KindBlock:
@@ -178,7 +178,7 @@ func (ix *Index) applyPut(key string, value []byte) (keyspace.Kind, error) {
 
 // applyDelete applies a delete of key, with applyPut's contract. Deleting
 // something absent is a no-op.
-func (ix *Index) applyDelete(key string) (keyspace.Kind, error) {
+func (ix *index) applyDelete(key string) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
 	case keyspace.KindBlock:
@@ -196,7 +196,7 @@ func (ix *Index) applyDelete(key string) (keyspace.Kind, error) {
 // putBlock makes (block, endpoint, tier) present; present already is a
 // no-op (presence, not counts). The fast path (a known endpoint prefix)
 // allocates nothing.
-func (ix *Index) putBlock(key string) error {
+func (ix *index) putBlock(key string) error {
 	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
 	if err != nil {
 		return err
@@ -215,7 +215,7 @@ func (ix *Index) putBlock(key string) error {
 }
 
 // putID makes hash present on endpoint id in tier t.
-func (ix *Index) putID(id uint32, t tier.Tier, hash uint64) error {
+func (ix *index) putID(id uint32, t tier.Tier, hash uint64) error {
 	e := &ix.eps[id]
 	m := e.tbl.blocks
 	v := m[hash]
@@ -235,7 +235,7 @@ func (ix *Index) putID(id uint32, t tier.Tier, hash uint64) error {
 }
 
 // deleteBlock makes (block, endpoint, tier) absent.
-func (ix *Index) deleteBlock(key string) error {
+func (ix *index) deleteBlock(key string) error {
 	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
 	if err != nil {
 		return err
@@ -271,7 +271,7 @@ func (ix *Index) deleteBlock(key string) error {
 // putEndpoint records an endpoints/ record. A value that does not decode
 // still marks the endpoint as recorded (it exists in etcd) and returns an
 // error wrapping ErrMalformedValue.
-func (ix *Index) putEndpoint(key string, value []byte) error {
+func (ix *index) putEndpoint(key string, value []byte) error {
 	ep, err := ix.ks.ParseEndpointKey(key)
 	if err != nil {
 		return err
@@ -295,7 +295,7 @@ func (ix *Index) putEndpoint(key string, value []byte) error {
 
 // deleteEndpoint forgets an endpoints/ record. It drops no block: blocks
 // are deleted by their own keys.
-func (ix *Index) deleteEndpoint(key string) error {
+func (ix *index) deleteEndpoint(key string) error {
 	ep, err := ix.ks.ParseEndpointKey(key)
 	if err != nil {
 		return err
@@ -311,7 +311,7 @@ func (ix *Index) deleteEndpoint(key string) error {
 }
 
 // putOffset records a partition's next offset.
-func (ix *Index) putOffset(key string, value []byte) error {
+func (ix *index) putOffset(key string, value []byte) error {
 	p, err := ix.ks.ParseOffsetKey(key)
 	if err != nil {
 		return err
@@ -326,12 +326,12 @@ func (ix *Index) putOffset(key string, value []byte) error {
 		return nil
 	}
 	p.Topic = strings.Clone(p.Topic)
-	ix.offsets = slices.Insert(ix.offsets, i, PartitionOffset{Partition: p, Next: next})
+	ix.offsets = slices.Insert(ix.offsets, i, partitionOffset{Partition: p, Next: next})
 	return nil
 }
 
 // deleteOffset forgets a partition's offset.
-func (ix *Index) deleteOffset(key string) error {
+func (ix *index) deleteOffset(key string) error {
 	p, err := ix.ks.ParseOffsetKey(key)
 	if err != nil {
 		return err
@@ -349,15 +349,15 @@ func comparePartitions(a, b keyspace.Partition) int {
 	return cmp.Compare(a.Partition, b.Partition)
 }
 
-func (ix *Index) findOffset(p keyspace.Partition) (int, bool) {
-	return slices.BinarySearchFunc(ix.offsets, p, func(o PartitionOffset, p keyspace.Partition) int {
+func (ix *index) findOffset(p keyspace.Partition) (int, bool) {
+	return slices.BinarySearchFunc(ix.offsets, p, func(o partitionOffset, p keyspace.Partition) int {
 		return comparePartitions(o.Partition, p)
 	})
 }
 
 // intern gives ep (whose blocks prefix is prefix) an endpoint ID. The
 // strings are cloned: callers may pass views of etcd's response buffers.
-func (ix *Index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
+func (ix *index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
 	var id uint32
 	if n := len(ix.freeIDs); n > 0 {
 		id = ix.freeIDs[n-1]
@@ -384,7 +384,7 @@ func (ix *Index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
 }
 
 // maybeFree releases the ID of an endpoint with no record and no block.
-func (ix *Index) maybeFree(id uint32) {
+func (ix *index) maybeFree(id uint32) {
 	e := &ix.eps[id]
 	if e.record || e.blocks != [tier.Count]uint64{} {
 		return
@@ -413,9 +413,9 @@ type lookupScratch struct {
 	touch uint32
 
 	// Results.
-	Matches  []Match
+	Matches  []match
 	Revision int64
-	Offsets  []PartitionOffset
+	Offsets  []partitionOffset
 }
 
 // probeChunk is how many hashes Lookup probes before intersecting them:
@@ -437,13 +437,13 @@ type doneMatch struct {
 // model) are considered; unknown candidates match nothing. sc.Matches come
 // out ordered by blocks descending, then pod, then rank, and sc.Revision
 // and sc.Offsets name the state that answered.
-func (ix *Index) Lookup(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+func (ix *index) Lookup(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
 	ix.mu.RLock()
 	sc.Revision = ix.revision
 	sc.Offsets = append(sc.Offsets[:0], ix.offsets...)
 	ix.lookupLocked(sc, model, hashes, candidates)
 	ix.mu.RUnlock()
-	slices.SortFunc(sc.Matches, func(a, b Match) int {
+	slices.SortFunc(sc.Matches, func(a, b match) int {
 		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
 			return c
 		}
@@ -459,7 +459,7 @@ func (ix *Index) Lookup(sc *lookupScratch, model string, hashes []uint64, candid
 // While walking it appends, per block, the best tier of each survivor to
 // sc.col; the matches' tier lists are then read back from that column in
 // one sequential pass.
-func (ix *Index) lookupLocked(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+func (ix *index) lookupLocked(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
 	sc.Matches, sc.alive, sc.done, sc.col = sc.Matches[:0], sc.alive[:0], sc.done[:0], sc.col[:0]
 	tbl := ix.tables[model]
 	if tbl == nil || len(hashes) == 0 {
@@ -578,7 +578,7 @@ outer:
 	}
 	matches := slices.Grow(sc.Matches[:0], len(done))
 	for _, d := range done {
-		matches = append(matches, Match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
+		matches = append(matches, match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
 	}
 	sc.done, sc.alive, sc.tiers, sc.Matches = done, live, tiers, matches
 }
@@ -586,7 +586,7 @@ outer:
 // seed returns the endpoints holding the first block (slot value v),
 // restricted to the candidates when there are any, and sc.col with their
 // best tiers of that block appended.
-func (ix *Index) seed(sc *lookupScratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
+func (ix *index) seed(sc *lookupScratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
 	alive, col := sc.alive[:0], sc.col[:0]
 	var cands []uint32
 	if candidates != nil {
@@ -622,22 +622,22 @@ func (ix *Index) seed(sc *lookupScratch, v uint32, model string, candidates []ke
 
 // ListEndpoints returns the endpoints of model (every model when model is
 // empty) ordered by model, pod, rank, and the revision that answered.
-func (ix *Index) ListEndpoints(model string) ([]EndpointInfo, int64) {
+func (ix *index) ListEndpoints(model string) ([]endpointInfo, int64) {
 	ix.mu.RLock()
-	out := make([]EndpointInfo, 0, len(ix.byPrefix))
+	out := make([]endpointInfo, 0, len(ix.byPrefix))
 	for i := range ix.eps {
 		e := &ix.eps[i]
 		if !e.used || (model != "" && e.ep.Model != model) {
 			continue
 		}
-		out = append(out, EndpointInfo{
+		out = append(out, endpointInfo{
 			Endpoint: e.ep, Blocks: e.blocks, Record: e.record,
 			LastSeen: e.meta.lastSeen, BlockSize: e.meta.blockSize, Partition: e.meta.partition,
 		})
 	}
 	rev := ix.revision
 	ix.mu.RUnlock()
-	slices.SortFunc(out, func(a, b EndpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b endpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
 	return out, rev
 }
 
@@ -654,7 +654,7 @@ func compareEndpoints(a, b keyspace.Endpoint) int {
 // lagging returns the first barrier record whose partition's applied next
 // offset is not yet past the record's offset, with that applied offset (-1
 // when the partition is unknown); ok is true when every record is met.
-func (ix *Index) lagging(records []PartitionOffset) (rec PartitionOffset, applied int64, ok bool) {
+func (ix *index) lagging(records []partitionOffset) (rec partitionOffset, applied int64, ok bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	for _, r := range records {
@@ -666,5 +666,5 @@ func (ix *Index) lagging(records []PartitionOffset) (rec PartitionOffset, applie
 			return r, applied, false
 		}
 	}
-	return PartitionOffset{}, 0, true
+	return partitionOffset{}, 0, true
 }

@@ -29,7 +29,7 @@ func newRefModel() *refModel {
 	return &refModel{present: map[keyspace.Block]bool{}, records: map[keyspace.Endpoint]bool{}, offsets: map[keyspace.Partition]int64{}}
 }
 
-func (r *refModel) lookup(model string, hashes []uint64, candidates []keyspace.Endpoint) []Match {
+func (r *refModel) lookup(model string, hashes []uint64, candidates []keyspace.Endpoint) []match {
 	eps := map[keyspace.Endpoint]bool{}
 	for b := range r.present {
 		if b.Endpoint.Model == model {
@@ -48,7 +48,7 @@ func (r *refModel) lookup(model string, hashes []uint64, candidates []keyspace.E
 			}
 		}
 	}
-	var out []Match
+	var out []match
 	for ep := range eps {
 		var ts []tier.Tier
 		for _, h := range hashes {
@@ -64,18 +64,18 @@ func (r *refModel) lookup(model string, hashes []uint64, candidates []keyspace.E
 			ts = append(ts, best)
 		}
 		if len(ts) > 0 {
-			out = append(out, Match{Endpoint: ep, Blocks: len(ts), Tiers: ts})
+			out = append(out, match{Endpoint: ep, Blocks: len(ts), Tiers: ts})
 		}
 	}
 	sortMatches(out)
 	return out
 }
 
-func (r *refModel) endpoints(model string) []EndpointInfo {
-	infos := map[keyspace.Endpoint]*EndpointInfo{}
-	get := func(ep keyspace.Endpoint) *EndpointInfo {
+func (r *refModel) endpoints(model string) []endpointInfo {
+	infos := map[keyspace.Endpoint]*endpointInfo{}
+	get := func(ep keyspace.Endpoint) *endpointInfo {
 		if infos[ep] == nil {
-			infos[ep] = &EndpointInfo{Endpoint: ep}
+			infos[ep] = &endpointInfo{Endpoint: ep}
 		}
 		return infos[ep]
 	}
@@ -85,18 +85,18 @@ func (r *refModel) endpoints(model string) []EndpointInfo {
 	for ep := range r.records {
 		get(ep).Record = true
 	}
-	var out []EndpointInfo
+	var out []endpointInfo
 	for ep, info := range infos {
 		if model == "" || ep.Model == model {
 			out = append(out, *info)
 		}
 	}
-	slices.SortFunc(out, func(a, b EndpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b endpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
 	return out
 }
 
-func sortMatches(ms []Match) {
-	slices.SortFunc(ms, func(a, b Match) int {
+func sortMatches(ms []match) {
+	slices.SortFunc(ms, func(a, b match) int {
 		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
 			return c
 		}
@@ -107,8 +107,8 @@ func sortMatches(ms []Match) {
 	})
 }
 
-// lookupCopy runs Index.Lookup and copies the result out of the scratch.
-func lookupCopy(ix *Index, model string, hashes []uint64, candidates []keyspace.Endpoint) []Match {
+// lookupCopy runs index.Lookup and copies the result out of the scratch.
+func lookupCopy(ix *index, model string, hashes []uint64, candidates []keyspace.Endpoint) []match {
 	var sc lookupScratch
 	ix.Lookup(&sc, model, hashes, candidates)
 	if len(sc.Matches) == 0 {
@@ -143,7 +143,7 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 				}
 			}()
 			ks := keyspace.Default()
-			ix := NewIndex(ks)
+			ix := newIndex(ks)
 			ref := newRefModel()
 			randEp := func() keyspace.Endpoint {
 				return keyspace.Endpoint{Model: testModels[rng.IntN(len(testModels))], Pod: testPods[rng.IntN(tc.pods)], Rank: uint32(rng.IntN(2))}
@@ -200,7 +200,7 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 	}
 }
 
-func mustApply(t *testing.T, ix *Index, rev int64, fn func() (keyspace.Kind, error)) {
+func mustApply(t *testing.T, ix *index, rev int64, fn func() (keyspace.Kind, error)) {
 	t.Helper()
 	var err error
 	ix.write(rev, func() { _, err = fn() })
@@ -210,18 +210,18 @@ func mustApply(t *testing.T, ix *Index, rev int64, fn func() (keyspace.Kind, err
 }
 
 // checkInvariants compares every derived figure with the reference.
-func checkInvariants(t *testing.T, ix *Index, ref *refModel) {
+func checkInvariants(t *testing.T, ix *index, ref *refModel) {
 	t.Helper()
-	ignoreMeta := cmpopts.IgnoreFields(EndpointInfo{}, "LastSeen", "BlockSize", "Partition")
+	ignoreMeta := cmpopts.IgnoreFields(endpointInfo{}, "LastSeen", "BlockSize", "Partition")
 	for _, model := range append([]string{""}, testModels...) {
 		got, _ := ix.ListEndpoints(model)
 		if diff := gocmp.Diff(ref.endpoints(model), got, cmpopts.EquateEmpty(), ignoreMeta); diff != "" {
 			t.Fatalf("ListEndpoints(%q) (-want +got):\n%s", model, diff)
 		}
 	}
-	st := ix.Stats()
+	st := ix.stats()
 	if st.Entries != uint64(len(ref.present)) {
-		t.Fatalf("Stats.Entries = %d, reference holds %d", st.Entries, len(ref.present))
+		t.Fatalf("stats().Entries = %d, reference holds %d", st.Entries, len(ref.present))
 	}
 	// Every block of the reference is found with all of its endpoints.
 	for b := range ref.present {
@@ -241,15 +241,15 @@ func TestIndexPresenceNotCounts(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ops  []string // "+gpu:1", "-cpu:1"
-		want []Match
+		want []match
 	}{
 		{name: "repeat_put_is_noop", ops: []string{"+gpu:1", "+gpu:1", "-gpu:1"}, want: nil},
-		{name: "delete_absent_is_noop", ops: []string{"-gpu:1", "+gpu:1"}, want: []Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.GPU}}}},
-		{name: "best_tier_wins", ops: []string{"+disk:1", "+cpu:1"}, want: []Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.CPU}}}},
-		{name: "other_tier_survives_removal", ops: []string{"+gpu:1", "+disk:1", "-gpu:1"}, want: []Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.Disk}}}},
+		{name: "delete_absent_is_noop", ops: []string{"-gpu:1", "+gpu:1"}, want: []match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.GPU}}}},
+		{name: "best_tier_wins", ops: []string{"+disk:1", "+cpu:1"}, want: []match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.CPU}}}},
+		{name: "other_tier_survives_removal", ops: []string{"+gpu:1", "+disk:1", "-gpu:1"}, want: []match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.Disk}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := NewIndex(ks)
+			ix := newIndex(ks)
 			for _, op := range tc.ops {
 				tr, _ := tier.Parse(op[1:strings.IndexByte(op, ':')])
 				key := ks.BlockKey(ep, tr, 1)
@@ -286,7 +286,7 @@ func TestIndexMalformedKeys(t *testing.T) {
 		{name: "owner_ignored", key: ks.OwnerKey(keyspace.Partition{Topic: "t"}), value: "junk"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ix := NewIndex(ks)
+			ix := newIndex(ks)
 			var err error
 			ix.write(1, func() {
 				if tc.del {
@@ -298,7 +298,7 @@ func TestIndexMalformedKeys(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}
-			if st := ix.Stats(); st.Entries != 0 {
+			if st := ix.stats(); st.Entries != 0 {
 				t.Fatalf("a malformed key changed the index: %+v", st)
 			}
 		})
@@ -349,7 +349,7 @@ func BenchmarkApplyPut(b *testing.B) {
 	for i := range keys {
 		keys[i] = ks.BlockKey(keyspace.Endpoint{Model: "m", Pod: fmt.Sprintf("pod-%d", i%16)}, tier.GPU, uint64(i)*0x9e3779b97f4a7c15)
 	}
-	ix := NewIndex(ks)
+	ix := newIndex(ks)
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
 		key := keys[i%len(keys)]

@@ -19,7 +19,7 @@ import (
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
-// reflector keeps an Index in step with etcd (DESIGN "Reads"), after
+// reflector keeps an index in step with etcd (DESIGN "Reads"), after
 // client-go's Reflector: list the keyspace at one revision into a fresh
 // index, publish it, then watch from the next revision and apply each
 // revision's events under the index's write lock. It is the index's one
@@ -35,7 +35,7 @@ type reflector struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *metrics
-	cur  atomic.Pointer[Index]
+	cur  atomic.Pointer[index]
 	bcst *broadcaster
 	// onReady runs once, after the first list is published.
 	onReady func()
@@ -45,13 +45,13 @@ type reflector struct {
 var errWatchClosed = errors.New("indexd: watch channel closed")
 
 // current returns the serving index, or nil before the first list.
-func (r *reflector) current() *Index { return r.cur.Load() }
+func (r *reflector) current() *index { return r.cur.Load() }
 
 // run lists and watches until ctx ends; it returns nil then. Every other
 // failure is retried with backoff.
 func (r *reflector) run(ctx context.Context) error {
 	bo := backoff{min: r.cfg.BackoffMin, max: r.cfg.BackoffMax}
-	var ix *Index
+	var ix *index
 	reason := "start"
 	for ctx.Err() == nil {
 		if ix == nil {
@@ -107,9 +107,9 @@ func (r *reflector) run(ctx context.Context) error {
 // range, so small pages over a big prefix are quadratic). The ranges are
 // contiguous, so block keys of an endpoint with no record are read too.
 // Up to ListConcurrency ranges are in flight; this goroutine applies them.
-func (r *reflector) list(ctx context.Context) (*Index, error) {
+func (r *reflector) list(ctx context.Context) (*index, error) {
 	start := time.Now()
-	ix := NewIndex(r.ks)
+	ix := newIndex(r.ks)
 	var bad []badKey
 	apply := func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
@@ -176,7 +176,7 @@ func (r *reflector) list(ctx context.Context) (*Index, error) {
 	}
 	ix.revision = rev
 	r.logBad(bad, "listing")
-	st := ix.Stats()
+	st := ix.stats()
 	d := time.Since(start)
 	r.m.listSeconds.Observe(d.Seconds())
 	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
@@ -186,7 +186,7 @@ func (r *reflector) list(ctx context.Context) (*Index, error) {
 
 // watch applies the watch from ix's revision + 1 until it breaks, and
 // returns why, and whether any response arrived.
-func (r *reflector) watch(ctx context.Context, ix *Index) (bool, error) {
+func (r *reflector) watch(ctx context.Context, ix *index) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	from := ix.Revision() + 1
@@ -210,7 +210,7 @@ func (r *reflector) watch(ctx context.Context, ix *Index) (bool, error) {
 
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only.
-func (r *reflector) apply(ix *Index, events []*clientv3.Event) {
+func (r *reflector) apply(ix *index, events []*clientv3.Event) {
 	var counts [keyspace.KindIngester + 1]int
 	var bad []badKey
 	for i := 0; i < len(events); {
@@ -277,7 +277,7 @@ func (r *reflector) logBad(bad []badKey, phase string) {
 }
 
 // bytesString views b as a string without copying. Only for keys the index
-// reads and does not keep (it clones what it keeps, see Index.intern):
+// reads and does not keep (it clones what it keeps, see index.intern):
 // listing reads millions of keys, and a copy each is measurable.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 

@@ -112,15 +112,15 @@ func (s *stream) check(r *replica) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var got []EndpointInfo
+	var got []endpointInfo
 	for _, e := range resp.Endpoints {
-		got = append(got, EndpointInfo{
+		got = append(got, endpointInfo{
 			Endpoint: keyspace.Endpoint{Model: e.Model, Pod: e.Endpoint.Pod, Rank: e.Endpoint.DpRank},
 			Blocks:   [tier.Count]uint64{e.GpuBlocks, e.CpuBlocks, e.DiskBlocks},
 			Record:   e.LastSeen != nil,
 		})
 	}
-	if diff := gocmp.Diff(s.ref.endpoints(""), got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(EndpointInfo{}, "LastSeen", "BlockSize", "Partition")); diff != "" {
+	if diff := gocmp.Diff(s.ref.endpoints(""), got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(endpointInfo{}, "LastSeen", "BlockSize", "Partition")); diff != "" {
 		s.t.Fatalf("ListEndpoints (-reference +indexd):\n%s", diff)
 	}
 }

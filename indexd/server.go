@@ -260,7 +260,7 @@ func lookupResponse(sc *lookupScratch) *kvindexv1.LookupResponse {
 // validateLookup checks req against the API's rules and the limits, and
 // returns the barrier's records (largest offset per partition, in Next)
 // and timeout.
-func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]PartitionOffset, time.Duration, error) {
+func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]partitionOffset, time.Duration, error) {
 	if err := s.checkSize(req); err != nil {
 		return nil, 0, err
 	}
@@ -304,7 +304,7 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]PartitionOffset
 			timeout = d
 		}
 	}
-	records := make([]PartitionOffset, 0, len(b.Records))
+	records := make([]partitionOffset, 0, len(b.Records))
 	for i, r := range b.Records {
 		if err := keyspace.ValidateName("topic", r.GetTopic()); err != nil {
 			return nil, 0, fmt.Errorf("%w: barrier records[%d]: %v", ErrInvalidArgument, i, err)
@@ -314,11 +314,11 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]PartitionOffset
 				ErrInvalidArgument, i, r.Partition, r.Offset)
 		}
 		p := keyspace.Partition{Topic: r.Topic, Partition: r.Partition}
-		if j := slices.IndexFunc(records, func(o PartitionOffset) bool { return o.Partition == p }); j >= 0 {
+		if j := slices.IndexFunc(records, func(o partitionOffset) bool { return o.Partition == p }); j >= 0 {
 			records[j].Next = max(records[j].Next, r.Offset)
 			continue
 		}
-		records = append(records, PartitionOffset{Partition: p, Next: r.Offset})
+		records = append(records, partitionOffset{Partition: p, Next: r.Offset})
 	}
 	return records, timeout, nil
 }

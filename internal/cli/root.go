@@ -9,7 +9,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
+	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
+	"github.com/kvindex/kvindex/internal/cli/lookupcmd"
 )
 
 // NewRoot returns the root command with every subcommand attached.
@@ -32,7 +34,13 @@ Start everything in one process with 'kvindex standalone'.`,
 }
 
 // subcommands lists the constructors of every subcommand, in help order.
-var subcommands = []func() *cobra.Command{ingestercmd.NewCommand, bridgecmd.NewCommand}
+var subcommands = []func() *cobra.Command{
+	ingestercmd.NewCommand,
+	indexdcmd.NewCommand,
+	bridgecmd.NewCommand,
+	lookupcmd.NewCommand,
+	lookupcmd.NewEndpointsCommand,
+}
 
 // ExitError carries a process exit code through cobra (for example 1 when a
 // replayed scenario's expectation fails, 2 for bad usage).

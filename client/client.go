@@ -1,0 +1,330 @@
+package client
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// Defaults of the options.
+const (
+	// DefaultTimeout is the per-call deadline when the caller's context has
+	// none sooner.
+	DefaultTimeout = time.Second
+	// DefaultMaxAttempts is how many times a call is tried when replicas
+	// answer UNAVAILABLE (gRPC caps it at 5).
+	DefaultMaxAttempts = 3
+)
+
+// Tier is the memory tier of a matched block; the values are the API's
+// (kvindex.v1.Tier). Lower is better.
+type Tier int32
+
+// The tiers.
+const (
+	TierUnspecified Tier = 0
+	TierGPU         Tier = 1
+	TierCPU         Tier = 2
+	TierDisk        Tier = 3
+)
+
+// String returns "gpu", "cpu", "disk" or "unspecified".
+func (t Tier) String() string {
+	switch t {
+	case TierGPU:
+		return "gpu"
+	case TierCPU:
+		return "cpu"
+	case TierDisk:
+		return "disk"
+	}
+	return "unspecified"
+}
+
+// Endpoint identifies one KV cache: a pod (as its model server's KV event
+// records name it) and a data-parallel rank.
+type Endpoint struct {
+	Pod    string
+	DPRank uint32
+}
+
+// Match is one endpoint's share of a looked-up prefix: its first Blocks
+// blocks are all present on it, Tiers[i] being the best tier of block i.
+type Match struct {
+	Endpoint Endpoint
+	Blocks   int
+	Tiers    []Tier
+}
+
+// PartitionOffset names a position in a Kafka partition. In a barrier,
+// Offset is the offset of a produced record; in a result it is the next
+// offset to consume (every record below it is reflected).
+type PartitionOffset struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+}
+
+// LookupResult is a Lookup answer. It reflects exactly etcd revision
+// Revision and the partitions' AppliedOffsets (see the package doc).
+type LookupResult struct {
+	// Matches lists the endpoints holding at least the first block,
+	// ordered by Blocks descending, then pod, then rank.
+	Matches        []Match
+	Revision       int64
+	AppliedOffsets []PartitionOffset
+}
+
+// EndpointInfo describes an endpoint the index knows.
+type EndpointInfo struct {
+	Model    string
+	Endpoint Endpoint
+	// GPUBlocks, CPUBlocks and DiskBlocks count its blocks per tier.
+	GPUBlocks, CPUBlocks, DiskBlocks uint64
+	// LastSeen is the time of its last KV event batch or heartbeat (zero
+	// when it has no endpoint record).
+	LastSeen time.Time
+	// BlockSize is the engine's block size in tokens, 0 when unknown.
+	BlockSize uint32
+	// Partition is the Kafka partition its records arrive on.
+	Partition int32
+}
+
+// EndpointList is a ListEndpoints answer at etcd revision Revision,
+// ordered by model, pod, rank.
+type EndpointList struct {
+	Endpoints []EndpointInfo
+	Revision  int64
+}
+
+// Client calls indexd replicas, balancing calls round-robin over them.
+// It is safe for concurrent use.
+type Client struct {
+	conn    *grpc.ClientConn
+	api     kvindexv1.IndexServiceClient
+	timeout time.Duration
+	closed  atomic.Bool
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	timeout     time.Duration
+	maxAttempts int
+	dialOpts    []grpc.DialOption
+}
+
+// WithTimeout sets the per-call deadline applied when the caller's context
+// has none sooner. Default DefaultTimeout (1 s); zero or less keeps the
+// default.
+func WithTimeout(d time.Duration) Option {
+	return func(o *options) {
+		if d > 0 {
+			o.timeout = d
+		}
+	}
+}
+
+// WithMaxAttempts sets how many times a call is tried in all when replicas
+// answer UNAVAILABLE (and only then), each retry going to the next replica.
+// Default 3; values are clamped to [1, 5] (gRPC's limit).
+func WithMaxAttempts(n int) Option {
+	return func(o *options) { o.maxAttempts = min(max(n, 1), 5) }
+}
+
+// WithDialOptions adds gRPC dial options, for example transport
+// credentials (the default is plaintext, as indexd serves by default).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
+}
+
+// staticSeq names each static resolver uniquely.
+var staticSeq atomic.Uint64
+
+// New returns a client for target, which is one of:
+//
+//   - a gRPC target with a scheme, such as "dns:///indexd.kvindex:50051"
+//     (a headless Service: every replica's address);
+//   - a comma-separated list of host:port, such as "10.0.0.1:50051,10.0.0.2:50051";
+//   - one host:port (resolved through DNS).
+//
+// Calls are balanced round-robin over the resolved replicas and retried on
+// UNAVAILABLE only. New does not connect; the first call does. It errors
+// for an empty target.
+func New(target string, opts ...Option) (*Client, error) {
+	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	target = strings.TrimSpace(target)
+	if target == "" {
+		return nil, fmt.Errorf("%w: empty target", ErrInvalidArgument)
+	}
+	dial := []grpc.DialOption{
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(serviceConfig(o.maxAttempts)),
+	}
+	dial = append(dial, o.dialOpts...)
+	if !strings.Contains(target, "://") && strings.Contains(target, ",") {
+		var addrs []resolver.Address
+		for _, a := range strings.Split(target, ",") {
+			if a = strings.TrimSpace(a); a != "" {
+				addrs = append(addrs, resolver.Address{Addr: a})
+			}
+		}
+		r := manual.NewBuilderWithScheme(fmt.Sprintf("kvindex-static-%d", staticSeq.Add(1)))
+		r.InitialState(resolver.State{Addresses: addrs})
+		dial = append(dial, grpc.WithResolvers(r))
+		target = r.Scheme() + ":///indexd"
+	} else if !strings.Contains(target, "://") {
+		target = "dns:///" + target
+	}
+	conn, err := grpc.NewClient(target, dial...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidArgument, target, err)
+	}
+	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout}, nil
+}
+
+// serviceConfig balances round-robin and retries UNAVAILABLE only.
+func serviceConfig(attempts int) string {
+	if attempts < 2 {
+		return `{"loadBalancingConfig":[{"round_robin":{}}]}`
+	}
+	return fmt.Sprintf(`{
+  "loadBalancingConfig": [{"round_robin": {}}],
+  "methodConfig": [{
+    "name": [{"service": "kvindex.v1.IndexService"}],
+    "retryPolicy": {
+      "maxAttempts": %d,
+      "initialBackoff": "0.01s",
+      "maxBackoff": "0.2s",
+      "backoffMultiplier": 2,
+      "retryableStatusCodes": ["UNAVAILABLE"]
+    }
+  }]
+}`, attempts)
+}
+
+// Close releases the connections. Calls after Close fail with ErrClosed.
+func (c *Client) Close() error {
+	if !c.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// LookupOption adjusts one Lookup.
+type LookupOption func(*kvindexv1.LookupRequest)
+
+// WithCandidates limits the answer to these endpoints (for example the
+// pods this request may go to). Without it every endpoint is considered.
+func WithCandidates(eps ...Endpoint) LookupOption {
+	return func(r *kvindexv1.LookupRequest) {
+		for _, e := range eps {
+			r.Candidates = append(r.Candidates, &kvindexv1.Endpoint{Pod: e.Pod, DpRank: e.DPRank})
+		}
+	}
+}
+
+// WithBarrier makes the answer reflect the named produced records
+// (read-your-events): the replica waits until each record's partition has
+// been applied past its offset, for up to timeout (zero: the server's
+// default), and otherwise fails with ErrDeadlineExceeded naming the
+// lagging partition. The call's deadline bounds the wait too.
+func WithBarrier(timeout time.Duration, records ...PartitionOffset) LookupOption {
+	return func(r *kvindexv1.LookupRequest) {
+		b := &kvindexv1.Barrier{}
+		if timeout > 0 {
+			b.Timeout = durationpb.New(timeout)
+		}
+		for _, rec := range records {
+			b.Records = append(b.Records, &kvindexv1.PartitionOffset{Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset})
+		}
+		r.Barrier = b
+	}
+}
+
+// Lookup asks which endpoints hold the leading blocks of a prompt of model
+// whose block hashes are hashes (first block first; see Hasher for vLLM's).
+// It errors with the sentinels of errors.go.
+func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts ...LookupOption) (*LookupResult, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	req := &kvindexv1.LookupRequest{Model: model, BlockHashes: hashes}
+	for _, o := range opts {
+		o(req)
+	}
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	resp, err := c.api.Lookup(ctx, req)
+	if err != nil {
+		return nil, callError("Lookup", err)
+	}
+	out := &LookupResult{Revision: resp.Revision, Matches: make([]Match, len(resp.Matches))}
+	total := 0
+	for _, m := range resp.Matches {
+		total += len(m.Tiers)
+	}
+	tiers := make([]Tier, total)
+	for i, m := range resp.Matches {
+		ts := tiers[:len(m.Tiers):len(m.Tiers)]
+		tiers = tiers[len(m.Tiers):]
+		for j, t := range m.Tiers {
+			ts[j] = Tier(t)
+		}
+		out.Matches[i] = Match{Endpoint: Endpoint{Pod: m.GetEndpoint().GetPod(), DPRank: m.GetEndpoint().GetDpRank()}, Blocks: int(m.MatchedBlocks), Tiers: ts}
+	}
+	for _, o := range resp.AppliedOffsets {
+		out.AppliedOffsets = append(out.AppliedOffsets, PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset})
+	}
+	return out, nil
+}
+
+// ListEndpoints lists the endpoints the index knows, of model only when
+// model is non-empty. It is an operator view; routers use Lookup.
+func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := c.deadline(ctx)
+	defer cancel()
+	resp, err := c.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{Model: model})
+	if err != nil {
+		return nil, callError("ListEndpoints", err)
+	}
+	out := &EndpointList{Revision: resp.Revision, Endpoints: make([]EndpointInfo, len(resp.Endpoints))}
+	for i, e := range resp.Endpoints {
+		info := EndpointInfo{
+			Model:     e.Model,
+			Endpoint:  Endpoint{Pod: e.GetEndpoint().GetPod(), DPRank: e.GetEndpoint().GetDpRank()},
+			GPUBlocks: e.GpuBlocks, CPUBlocks: e.CpuBlocks, DiskBlocks: e.DiskBlocks,
+			BlockSize: e.BlockSize, Partition: e.Partition,
+		}
+		if e.LastSeen != nil {
+			info.LastSeen = e.LastSeen.AsTime()
+		}
+		out.Endpoints[i] = info
+	}
+	return out, nil
+}
+
+// deadline applies the default per-call timeout unless ctx ends sooner.
+func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout)
+}

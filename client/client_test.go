@@ -1,0 +1,189 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/kvindex/kvindex/internal/testutil"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
+}
+
+// fakeIndex is a real gRPC IndexService that fails its first failFirst
+// Lookup calls with failCode, blocks while block is set, and otherwise
+// answers that pod "name" holds the first block on GPU.
+type fakeIndex struct {
+	kvindexv1.UnimplementedIndexServiceServer
+	name      string
+	calls     atomic.Int32
+	failFirst int32
+	failCode  codes.Code
+	block     bool
+}
+
+func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
+	if n := f.calls.Add(1); n <= f.failFirst {
+		return nil, status.Error(f.failCode, "injected failure")
+	}
+	if f.block {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	return &kvindexv1.LookupResponse{
+		Revision:       42,
+		Matches:        []*kvindexv1.EndpointMatch{{Endpoint: &kvindexv1.Endpoint{Pod: f.name, DpRank: 1}, MatchedBlocks: 1, Tiers: []kvindexv1.Tier{kvindexv1.Tier_TIER_GPU}}},
+		AppliedOffsets: []*kvindexv1.PartitionOffset{{Topic: "t", Partition: 2, Offset: 9}},
+	}, nil
+}
+
+// serve runs f on a loopback port until the test ends (or stop).
+func serve(t *testing.T, f *fakeIndex) (addr string, stop func()) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	kvindexv1.RegisterIndexServiceServer(srv, f)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(l)
+	}()
+	stop = func() {
+		srv.Stop()
+		<-done
+	}
+	t.Cleanup(stop)
+	return l.Addr().String(), stop
+}
+
+func newClient(t *testing.T, target string, opts ...Option) *Client {
+	t.Helper()
+	c, err := New(target, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestLookupConvertsTheAnswer(t *testing.T) {
+	addr, _ := serve(t, &fakeIndex{name: "vllm-0"})
+	c := newClient(t, addr)
+	got, err := c.Lookup(context.Background(), "m", []uint64{1, 2}, WithCandidates(Endpoint{Pod: "vllm-0"}), WithBarrier(time.Second, PartitionOffset{Topic: "t", Partition: 2, Offset: 8}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := &LookupResult{
+		Matches:        []Match{{Endpoint: Endpoint{Pod: "vllm-0", DPRank: 1}, Blocks: 1, Tiers: []Tier{TierGPU}}},
+		Revision:       42,
+		AppliedOffsets: []PartitionOffset{{Topic: "t", Partition: 2, Offset: 9}},
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestRetriesOnlyUnavailable(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		failFirst int32
+		code      codes.Code
+		wantErr   error
+		wantCalls int32
+	}{
+		{name: "unavailable_then_ok", failFirst: 2, code: codes.Unavailable, wantCalls: 3},
+		{name: "unavailable_exhausts_attempts", failFirst: 10, code: codes.Unavailable, wantErr: ErrUnavailable, wantCalls: 3},
+		{name: "invalid_argument_not_retried", failFirst: 1, code: codes.InvalidArgument, wantErr: ErrInvalidArgument, wantCalls: 1},
+		{name: "deadline_exceeded_not_retried", failFirst: 1, code: codes.DeadlineExceeded, wantErr: ErrDeadlineExceeded, wantCalls: 1},
+		{name: "internal_not_retried", failFirst: 1, code: codes.Internal, wantErr: ErrInternal, wantCalls: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fakeIndex{name: "p", failFirst: tc.failFirst, failCode: tc.code}
+			addr, _ := serve(t, f)
+			c := newClient(t, addr, WithMaxAttempts(3), WithTimeout(10*time.Second))
+			_, err := c.Lookup(context.Background(), "m", []uint64{1})
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("error = %v, want %v", err, tc.wantErr)
+			}
+			if n := f.calls.Load(); n != tc.wantCalls {
+				t.Fatalf("server saw %d calls, want %d", n, tc.wantCalls)
+			}
+			var e *Error
+			if err != nil && (!errors.As(err, &e) || e.Code != tc.code || status.Code(err) != tc.code) {
+				t.Fatalf("error %v does not carry code %v", err, tc.code)
+			}
+		})
+	}
+}
+
+func TestBalancesOverAList(t *testing.T) {
+	a, b := &fakeIndex{name: "a"}, &fakeIndex{name: "b"}
+	addrA, stopA := serve(t, a)
+	addrB, _ := serve(t, b)
+	c := newClient(t, addrA+","+addrB, WithTimeout(10*time.Second))
+	ctx := context.Background()
+	// Until both replicas are connected, round robin may favour one.
+	for i := 0; i < 200 && (a.calls.Load() == 0 || b.calls.Load() == 0); i++ {
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a.calls.Load() == 0 || b.calls.Load() == 0 {
+		t.Fatalf("calls a=%d b=%d: not balanced over both", a.calls.Load(), b.calls.Load())
+	}
+	a0, b0 := a.calls.Load(), b.calls.Load()
+	for range 20 {
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if da, db := a.calls.Load()-a0, b.calls.Load()-b0; da < 5 || db < 5 {
+		t.Fatalf("20 calls split a=%d b=%d", da, db)
+	}
+	// One replica goes away: calls go on against the other.
+	stopA()
+	for i := range 10 {
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); err != nil {
+			t.Fatalf("call %d with one replica down: %v", i, err)
+		}
+	}
+}
+
+func TestDefaultDeadline(t *testing.T) {
+	addr, _ := serve(t, &fakeIndex{name: "p", block: true})
+	c := newClient(t, addr, WithTimeout(50*time.Millisecond))
+	_, err := c.Lookup(context.Background(), "m", []uint64{1})
+	if !errors.Is(err, ErrDeadlineExceeded) {
+		t.Fatalf("error = %v, want ErrDeadlineExceeded", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := c.Lookup(ctx, "m", []uint64{1}); !errors.Is(err, ErrCanceled) {
+		t.Fatalf("cancelled call: %v, want ErrCanceled", err)
+	}
+	c.Close()
+	if _, err := c.Lookup(context.Background(), "m", nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestNewRejectsEmptyTarget(t *testing.T) {
+	if _, err := New("  "); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("New(empty) = %v, want ErrInvalidArgument", err)
+	}
+}

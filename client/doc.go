@@ -1,0 +1,34 @@
+// Package client is the Go library LLM routers use to ask kvindex which
+// model-server endpoint holds which prefix blocks of a prompt: connect to
+// the indexd replicas (New), hash the prompt's tokens into vLLM's block
+// hashes (Hasher), Lookup, and turn the matches into scores (Score).
+//
+// It depends only on gRPC, protobuf and kvindex's generated API: a router
+// that imports it pulls in no etcd, Kafka or Prometheus code.
+//
+// # Consistency contract
+//
+// Every LookupResult reflects exactly one etcd revision (Revision) of the
+// index and the Kafka partition offsets it lists (AppliedOffsets: every
+// record below a partition's listed next offset is reflected); an indexd
+// replica never answers from half an ingester transaction. Different
+// replicas may be at different revisions, so two calls balanced to two
+// replicas can see the index move backwards by the watch lag between them
+// (normally milliseconds). A router that must see the effect of records it
+// produced itself passes WithBarrier with their (topic, partition, offset):
+// the replica waits until it has applied them, or fails with
+// ErrDeadlineExceeded naming the lagging partition.
+//
+// A match means the endpoint reported holding the blocks through its KV
+// events; by the time the request arrives the engine may have evicted
+// them. Scores are a routing hint, never a guarantee.
+//
+// # Calls
+//
+// Calls go round-robin over the replicas a target resolves to
+// ("dns:///indexd.kvindex:50051", or a comma-separated list), carry a
+// default deadline (WithTimeout, 1 s) unless the caller's context ends
+// sooner, and are retried on another replica when one answers UNAVAILABLE
+// (only then: WithMaxAttempts). Errors wrap the sentinels ErrUnavailable,
+// ErrInvalidArgument, ErrDeadlineExceeded, ErrCanceled and ErrInternal.
+package client

@@ -1,0 +1,47 @@
+package client
+
+// TierWeights weigh a matched block by the tier it is held in when scoring:
+// a GPU hit skips its prefill outright, a CPU or disk hit still has to be
+// loaded back. Each weight should lie in [0, 1].
+type TierWeights struct {
+	GPU, CPU, Disk float64
+}
+
+// DefaultTierWeights are gpu 1.0, cpu 0.8, disk 0.5.
+func DefaultTierWeights() TierWeights { return TierWeights{GPU: 1.0, CPU: 0.8, Disk: 0.5} }
+
+// weight is w's weight of tier t; an unspecified tier weighs nothing.
+func (w TierWeights) weight(t Tier) float64 {
+	switch t {
+	case TierGPU:
+		return w.GPU
+	case TierCPU:
+		return w.CPU
+	case TierDisk:
+		return w.Disk
+	}
+	return 0
+}
+
+// Score turns Lookup matches into per-endpoint scores in [0, 1]: the sum
+// of the tier weights of an endpoint's matched blocks divided by
+// promptBlocks, the number of full blocks of the prompt (len of the hashes
+// looked up). An endpoint holding the whole prompt on GPU scores 1; one
+// holding nothing is absent from the map (score 0). A non-positive
+// promptBlocks gives an empty map. Scores are clamped to [0, 1], so
+// weights outside [0, 1] or matches longer than promptBlocks cannot push
+// them out of range.
+func Score(matches []Match, promptBlocks int, w TierWeights) map[Endpoint]float64 {
+	out := make(map[Endpoint]float64, len(matches))
+	if promptBlocks <= 0 {
+		return out
+	}
+	for _, m := range matches {
+		sum := 0.0
+		for i := 0; i < m.Blocks && i < len(m.Tiers); i++ {
+			sum += w.weight(m.Tiers[i])
+		}
+		out[m.Endpoint] = min(max(sum/float64(promptBlocks), 0), 1)
+	}
+	return out
+}

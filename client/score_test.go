@@ -1,0 +1,50 @@
+package client
+
+import (
+	"testing"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+)
+
+func TestScore(t *testing.T) {
+	a, b := Endpoint{Pod: "a"}, Endpoint{Pod: "b", DPRank: 1}
+	gpu, cpu, disk := TierGPU, TierCPU, TierDisk
+	for _, tc := range []struct {
+		name    string
+		matches []Match
+		blocks  int
+		w       TierWeights
+		want    map[Endpoint]float64
+	}{
+		{name: "whole_prompt_on_gpu", blocks: 2, w: DefaultTierWeights(),
+			matches: []Match{{Endpoint: a, Blocks: 2, Tiers: []Tier{gpu, gpu}}},
+			want:    map[Endpoint]float64{a: 1}},
+		{name: "tier_weights_normalised_by_prompt", blocks: 4, w: DefaultTierWeights(),
+			matches: []Match{{Endpoint: a, Blocks: 3, Tiers: []Tier{gpu, cpu, disk}}, {Endpoint: b, Blocks: 1, Tiers: []Tier{cpu}}},
+			want:    map[Endpoint]float64{a: (1 + 0.8 + 0.5) / 4, b: 0.8 / 4}},
+		{name: "custom_weights", blocks: 2, w: TierWeights{GPU: 1, CPU: 0.5, Disk: 0},
+			matches: []Match{{Endpoint: a, Blocks: 2, Tiers: []Tier{cpu, disk}}},
+			want:    map[Endpoint]float64{a: 0.25}},
+		{name: "longer_match_than_prompt_clamped", blocks: 1, w: DefaultTierWeights(),
+			matches: []Match{{Endpoint: a, Blocks: 3, Tiers: []Tier{gpu, gpu, gpu}}},
+			want:    map[Endpoint]float64{a: 1}},
+		{name: "weights_out_of_range_clamped", blocks: 1, w: TierWeights{GPU: 7, CPU: -3},
+			matches: []Match{{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}}, {Endpoint: b, Blocks: 1, Tiers: []Tier{cpu}}},
+			want:    map[Endpoint]float64{a: 1, b: 0}},
+		{name: "unspecified_tier_weighs_nothing", blocks: 2, w: DefaultTierWeights(),
+			matches: []Match{{Endpoint: a, Blocks: 2, Tiers: []Tier{gpu, TierUnspecified}}},
+			want:    map[Endpoint]float64{a: 0.5}},
+		{name: "empty_prompt", blocks: 0, w: DefaultTierWeights(),
+			matches: []Match{{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}}},
+			want:    map[Endpoint]float64{}},
+		{name: "no_matches", blocks: 5, w: DefaultTierWeights(), want: map[Endpoint]float64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Score(tc.matches, tc.blocks, tc.w)
+			if diff := gocmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Fatalf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -1,0 +1,77 @@
+package indexd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// broadcaster wakes every waiter at once: wait returns a channel that the
+// next broadcast closes (and replaces). The reflector broadcasts after it
+// applies a revision that changed offsets/ and after it publishes a fresh
+// index, so barrier waiters re-check without polling.
+type broadcaster struct {
+	mu sync.Mutex
+	ch chan struct{}
+}
+
+func newBroadcaster() *broadcaster { return &broadcaster{ch: make(chan struct{})} }
+
+// wait returns the channel the next broadcast closes. Take it before
+// checking the condition you wait for, so a broadcast in between is not
+// missed.
+func (b *broadcaster) wait() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.ch
+}
+
+func (b *broadcaster) broadcast() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	close(b.ch)
+	b.ch = make(chan struct{})
+}
+
+// waitBarrier waits until the serving index has applied every record of
+// records (DESIGN "Reads", read-your-events: each partition's applied next
+// offset is greater than the record's offset, held in Next) and returns
+// that index. It gives up after timeout or when ctx ends; a deadline
+// either way is ErrBarrierTimeout naming the first lagging partition.
+func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, timeout time.Duration) (*index, error) {
+	start := time.Now()
+	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		wake := s.bcst.wait()
+		ix := s.refl.current()
+		if ix == nil {
+			return nil, ErrNotReady
+		}
+		rec, applied, ok := ix.lagging(records)
+		if ok {
+			return ix, nil
+		}
+		var cause error
+		select {
+		case <-wake:
+			continue
+		case <-timer.C:
+			cause = fmt.Errorf("waited %s", timeout)
+		case <-ctx.Done():
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, ctx.Err()
+			}
+			cause = fmt.Errorf("the call's deadline passed after %s", time.Since(start).Round(time.Millisecond))
+		}
+		if applied < 0 {
+			return nil, fmt.Errorf("%w: partition %s has no applied offset yet, want one past record offset %d (%v)",
+				ErrBarrierTimeout, rec.Partition, rec.Next, cause)
+		}
+		return nil, fmt.Errorf("%w: partition %s has applied up to next offset %d, want one past record offset %d (%v)",
+			ErrBarrierTimeout, rec.Partition, applied, rec.Next, cause)
+	}
+}

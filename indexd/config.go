@@ -1,0 +1,173 @@
+package indexd
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// Defaults of Config (DefaultConfig). The request limits are the API's
+// documented ones (kvindex.v1 LookupRequest).
+const (
+	DefaultListenAddr        = "127.0.0.1:50051"
+	DefaultMaxHashes         = 8192
+	DefaultMaxCandidates     = 4096
+	DefaultMaxBarrierRecords = 1024
+	DefaultMaxRequestBytes   = 4 << 20
+	DefaultBarrierTimeout    = 5 * time.Second
+	DefaultMaxBarrierTimeout = time.Minute
+	DefaultListConcurrency   = 4
+	DefaultBackoffMin        = 100 * time.Millisecond
+	DefaultBackoffMax        = 10 * time.Second
+	DefaultShutdownGrace     = 10 * time.Second
+)
+
+// Config configures a Server. Build one with DefaultConfig and set Etcd.
+// Numeric fields whose doc says "zero means the default" may be left zero.
+type Config struct {
+	// Etcd is the client indexd lists and watches etcd through. Required.
+	// The caller owns it and closes it after Run returns.
+	Etcd *clientv3.Client
+	// Keyspace locates kvindex's keys in etcd. Default keyspace.Default()
+	// (prefix "/kvindex/v1/"); the zero value means the default.
+	Keyspace keyspace.Keyspace
+
+	// Listener, when set, is where the gRPC API is served (tests, and
+	// `kvindex standalone`, pass their own); New takes ownership and Run
+	// closes it. Default nil: New listens on ListenAddr.
+	Listener net.Listener
+	// ListenAddr is the gRPC host:port when Listener is nil; port 0 picks a
+	// free port (Server.Addr says which). Default DefaultListenAddr; empty
+	// means the default.
+	ListenAddr string
+
+	// MaxHashes bounds LookupRequest.block_hashes; more is
+	// INVALID_ARGUMENT. Default 8192; zero means the default.
+	MaxHashes int
+	// MaxCandidates bounds LookupRequest.candidates. Default 4096; zero
+	// means the default.
+	MaxCandidates int
+	// MaxBarrierRecords bounds Barrier.records. Default 1024; zero means
+	// the default.
+	MaxBarrierRecords int
+	// MaxRequestBytes bounds an encoded request; a larger one is
+	// INVALID_ARGUMENT naming the limit. gRPC refuses requests over twice
+	// the limit before reading them (RESOURCE_EXHAUSTED). Default 4 MiB;
+	// zero means the default.
+	MaxRequestBytes int
+	// BarrierTimeout bounds a barrier wait whose request gives no timeout;
+	// the call's own deadline still applies. Default 5 s; zero means the
+	// default.
+	BarrierTimeout time.Duration
+	// MaxBarrierTimeout is the largest timeout a request may ask for; more
+	// is INVALID_ARGUMENT. Default 1 min; zero means the default. Must be
+	// at least BarrierTimeout.
+	MaxBarrierTimeout time.Duration
+
+	// ListConcurrency is how many endpoint block ranges a list reads from
+	// etcd at once. Default 4; zero means the default.
+	ListConcurrency int
+	// BackoffMin and BackoffMax bound the jittered exponential backoff
+	// between failed lists and broken watches. Defaults 100 ms and 10 s;
+	// zero means the default; BackoffMin must not exceed BackoffMax.
+	BackoffMin, BackoffMax time.Duration
+	// ShutdownGrace is how long Run lets in-flight calls finish
+	// (GracefulStop) before it stops the server hard. Default 10 s; zero
+	// means the default.
+	ShutdownGrace time.Duration
+
+	// Registry, when set, receives indexd's Prometheus metrics
+	// (kvindex_indexd_*). Default nil: metrics are kept but not exported.
+	Registry *prometheus.Registry
+	// Logger receives indexd's logs. Default nil: discard.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns a Config with every default filled in and no etcd
+// client.
+func DefaultConfig() Config {
+	return Config{
+		Keyspace:          keyspace.Default(),
+		ListenAddr:        DefaultListenAddr,
+		MaxHashes:         DefaultMaxHashes,
+		MaxCandidates:     DefaultMaxCandidates,
+		MaxBarrierRecords: DefaultMaxBarrierRecords,
+		MaxRequestBytes:   DefaultMaxRequestBytes,
+		BarrierTimeout:    DefaultBarrierTimeout,
+		MaxBarrierTimeout: DefaultMaxBarrierTimeout,
+		ListConcurrency:   DefaultListConcurrency,
+		BackoffMin:        DefaultBackoffMin,
+		BackoffMax:        DefaultBackoffMax,
+		ShutdownGrace:     DefaultShutdownGrace,
+	}
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.Keyspace.Prefix() == "" {
+		c.Keyspace = d.Keyspace
+	}
+	if c.ListenAddr == "" {
+		c.ListenAddr = d.ListenAddr
+	}
+	setDefault(&c.MaxHashes, d.MaxHashes)
+	setDefault(&c.MaxCandidates, d.MaxCandidates)
+	setDefault(&c.MaxBarrierRecords, d.MaxBarrierRecords)
+	setDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
+	setDefault(&c.BarrierTimeout, d.BarrierTimeout)
+	setDefault(&c.MaxBarrierTimeout, d.MaxBarrierTimeout)
+	setDefault(&c.ListConcurrency, d.ListConcurrency)
+	setDefault(&c.BackoffMin, d.BackoffMin)
+	setDefault(&c.BackoffMax, d.BackoffMax)
+	setDefault(&c.ShutdownGrace, d.ShutdownGrace)
+	return c
+}
+
+func setDefault[T int | time.Duration](v *T, d T) {
+	if *v == 0 {
+		*v = d
+	}
+}
+
+// Validate reports the first invalid field, wrapped in ErrInvalidConfig:
+// a missing Etcd client, a negative limit or duration, or bounds out of
+// order. Zero fields are valid (they take the defaults).
+func (c Config) Validate() error {
+	if c.Etcd == nil {
+		return fmt.Errorf("%w: Etcd client is required", ErrInvalidConfig)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxHashes", int64(c.MaxHashes)},
+		{"MaxCandidates", int64(c.MaxCandidates)},
+		{"MaxBarrierRecords", int64(c.MaxBarrierRecords)},
+		{"MaxRequestBytes", int64(c.MaxRequestBytes)},
+		{"BarrierTimeout", int64(c.BarrierTimeout)},
+		{"MaxBarrierTimeout", int64(c.MaxBarrierTimeout)},
+		{"ListConcurrency", int64(c.ListConcurrency)},
+		{"BackoffMin", int64(c.BackoffMin)},
+		{"BackoffMax", int64(c.BackoffMax)},
+		{"ShutdownGrace", int64(c.ShutdownGrace)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	d := c.withDefaults()
+	if d.BackoffMin > d.BackoffMax {
+		return fmt.Errorf("%w: BackoffMin %s exceeds BackoffMax %s", ErrInvalidConfig, d.BackoffMin, d.BackoffMax)
+	}
+	if d.BarrierTimeout > d.MaxBarrierTimeout {
+		return fmt.Errorf("%w: BarrierTimeout %s exceeds MaxBarrierTimeout %s", ErrInvalidConfig, d.BarrierTimeout, d.MaxBarrierTimeout)
+	}
+	return nil
+}

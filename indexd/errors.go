@@ -1,0 +1,58 @@
+package indexd
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// Sentinel errors; wrapped with detail, test them with errors.Is. The gRPC
+// edge maps them to status codes in one place (toStatus).
+var (
+	// ErrInvalidConfig reports a Config that Validate rejects.
+	ErrInvalidConfig = errors.New("indexd: invalid config")
+	// ErrNotReady reports a call made before the first list of etcd has
+	// been applied (gRPC UNAVAILABLE).
+	ErrNotReady = errors.New("indexd: index not loaded yet")
+	// ErrInvalidArgument reports a request outside the API's rules or the
+	// configured limits; the message names the field and the limit (gRPC
+	// INVALID_ARGUMENT).
+	ErrInvalidArgument = errors.New("indexd: invalid argument")
+	// ErrBarrierTimeout reports a read-your-events barrier that was not met
+	// in time; the message names the lagging partition (gRPC
+	// DEADLINE_EXCEEDED).
+	ErrBarrierTimeout = errors.New("indexd: barrier not met")
+	// ErrIndexFull reports that an internal limit of the in-memory index
+	// (2^28 endpoints, 2^31 words of endpoint sets) was reached; the event
+	// is counted and skipped.
+	ErrIndexFull = errors.New("indexd: index full")
+	// ErrMalformedValue reports a stored value under the prefix that does
+	// not decode; the event is counted and skipped.
+	ErrMalformedValue = errors.New("indexd: malformed value")
+)
+
+// toStatus maps an error of a handler to its gRPC status: the one place
+// that decides codes. Context errors pass through as CANCELLED and
+// DEADLINE_EXCEEDED; anything unknown is INTERNAL.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	code := codes.Internal
+	switch {
+	case errors.Is(err, ErrInvalidArgument):
+		code = codes.InvalidArgument
+	case errors.Is(err, ErrNotReady):
+		code = codes.Unavailable
+	case errors.Is(err, ErrBarrierTimeout), errors.Is(err, context.DeadlineExceeded):
+		code = codes.DeadlineExceeded
+	case errors.Is(err, context.Canceled):
+		code = codes.Canceled
+	}
+	return status.Error(code, err.Error())
+}

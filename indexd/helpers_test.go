@@ -1,0 +1,364 @@
+package indexd
+
+import (
+	"context"
+	"io"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvindex/kvindex/internal/etcdembed"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/internal/tier"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
+}
+
+// testTimeout bounds every wait of these tests.
+const testTimeout = 30 * time.Second
+
+// replica is a running indexd Server with a gRPC client to it.
+type replica struct {
+	srv    *Server
+	reg    *prometheus.Registry
+	api    kvindexv1.IndexServiceClient
+	health healthpb.HealthClient
+	conn   *grpc.ClientConn
+	stop   func()
+}
+
+// startReplica runs an indexd Server on a free loopback port against
+// etcdCli until the test ends (or r.stop).
+func startReplica(t *testing.T, etcdCli *clientv3.Client, mods ...func(*Config)) *replica {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg := DefaultConfig()
+	cfg.Etcd = etcdCli
+	cfg.ListenAddr = "127.0.0.1:0"
+	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 100*time.Millisecond
+	cfg.ShutdownGrace = 2 * time.Second
+	cfg.Registry = reg
+	for _, m := range mods {
+		m(&cfg)
+	}
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(ctx) }()
+	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &replica{srv: srv, reg: reg, api: kvindexv1.NewIndexServiceClient(conn), health: healthpb.NewHealthClient(conn), conn: conn}
+	stopped := false
+	r.stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		conn.Close()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+	t.Cleanup(r.stop)
+	return r
+}
+
+// waitServing blocks until the replica's health service says SERVING.
+func (r *replica) waitServing(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	stream, err := r.health.Watch(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("waiting for SERVING: %v", err)
+		}
+		if resp.Status == healthpb.HealthCheckResponse_SERVING {
+			return
+		}
+	}
+}
+
+// counter reads a counter of the replica's registry.
+func (r *replica) counter(t *testing.T, c prometheus.Collector) float64 {
+	t.Helper()
+	return promtest.ToFloat64(c)
+}
+
+// writer writes etcd keys exactly as the ingester does (block keys with
+// empty values on a lease, endpoints/ records, offsets/ next offsets), one
+// transaction per commit, each advancing one partition's offset.
+type writer struct {
+	t     *testing.T
+	cli   *clientv3.Client
+	ks    keyspace.Keyspace
+	lease clientv3.LeaseID
+	part  keyspace.Partition
+	next  int64
+}
+
+func newWriter(t *testing.T, cli *clientv3.Client) *writer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	l, err := cli.Grant(ctx, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &writer{t: t, cli: cli, ks: keyspace.Default(), lease: l.ID, part: keyspace.Partition{Topic: "kvindex-events", Partition: 0}}
+}
+
+// commit writes ops and the partition's next offset in one transaction and
+// returns the offset of the "record" it stands for and the revision.
+func (w *writer) commit(ops ...clientv3.Op) (int64, int64) {
+	w.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	w.next++
+	ops = append(ops, clientv3.OpPut(w.ks.OffsetKey(w.part), keyspace.FormatOffset(w.next)))
+	resp, err := w.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		w.t.Fatalf("txn: %v", err)
+	}
+	return w.next - 1, resp.Header.Revision
+}
+
+func (w *writer) put(b keyspace.Block) clientv3.Op {
+	return clientv3.OpPut(w.ks.BlockKey(b.Endpoint, b.Tier, b.Hash), "", clientv3.WithLease(w.lease))
+}
+
+func (w *writer) del(b keyspace.Block) clientv3.Op {
+	return clientv3.OpDelete(w.ks.BlockKey(b.Endpoint, b.Tier, b.Hash))
+}
+
+// drop deletes every block of ep (AllBlocksCleared, resync, restarts).
+func (w *writer) drop(ep keyspace.Endpoint) clientv3.Op {
+	p := w.ks.EndpointBlocksPrefix(ep)
+	return clientv3.OpDelete(p, clientv3.WithRange(keyspace.RangeEnd(p)))
+}
+
+func (w *writer) record(ep keyspace.Endpoint, rec keyspace.EndpointRecord) clientv3.Op {
+	if rec.HashMode == "" {
+		rec.HashMode = keyspace.HashModeEngine
+	}
+	v, err := rec.Marshal()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return clientv3.OpPut(w.ks.EndpointKey(ep), string(v), clientv3.WithLease(w.lease))
+}
+
+// barrier is a Lookup barrier on the writer's last committed record.
+func (w *writer) barrier() *kvindexv1.Barrier {
+	return &kvindexv1.Barrier{Records: []*kvindexv1.PartitionOffset{{Topic: w.part.Topic, Partition: w.part.Partition, Offset: w.next - 1}}}
+}
+
+// lookup calls Lookup after the writer's last commit is applied and
+// returns the matches in the index's terms.
+func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, cands []keyspace.Endpoint) ([]match, *kvindexv1.LookupResponse) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	req := &kvindexv1.LookupRequest{Model: model, BlockHashes: hashes, Barrier: w.barrier()}
+	for _, c := range cands {
+		req.Candidates = append(req.Candidates, &kvindexv1.Endpoint{Pod: c.Pod, DpRank: c.Rank})
+	}
+	resp, err := r.api.Lookup(ctx, req)
+	if err != nil {
+		t.Fatalf("Lookup: %v", err)
+	}
+	return matchesOf(model, resp), resp
+}
+
+func matchesOf(model string, resp *kvindexv1.LookupResponse) []match {
+	var out []match
+	for _, m := range resp.Matches {
+		ts := make([]tier.Tier, len(m.Tiers))
+		for i, x := range m.Tiers {
+			ts[i] = tier.Tier(x)
+		}
+		out = append(out, match{Endpoint: keyspace.Endpoint{Model: model, Pod: m.Endpoint.Pod, Rank: m.Endpoint.DpRank}, Blocks: int(m.MatchedBlocks), Tiers: ts})
+	}
+	return out
+}
+
+// etcdState reads what etcd holds under the default prefix into a
+// reference model.
+func etcdState(t *testing.T, cli *clientv3.Client) *refModel {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	ks := keyspace.Default()
+	resp, err := cli.Get(ctx, ks.Prefix(), clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := newRefModel()
+	for _, kv := range resp.Kvs {
+		switch ks.KindOf(string(kv.Key)) {
+		case keyspace.KindBlock:
+			if b, err := ks.ParseBlockKey(string(kv.Key)); err == nil {
+				ref.present[b] = true
+			}
+		case keyspace.KindEndpoint:
+			if ep, err := ks.ParseEndpointKey(string(kv.Key)); err == nil {
+				ref.records[ep] = true
+			}
+		}
+	}
+	return ref
+}
+
+// freeAddr returns a loopback address nothing listens on.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// withClientAddr pins an embedded etcd's client address (so a restart on
+// the same data dir comes back where clients look for it).
+func withClientAddr(addr string) testutil.EtcdOption {
+	return func(c *etcdembed.Config) { c.ClientAddr = addr }
+}
+
+// ownClient dials a client of its own to endpoints (one the test's etcd
+// restarts do not close), closed when the test ends.
+func ownClient(t *testing.T, endpoints []string) *clientv3.Client {
+	t.Helper()
+	cli, err := testutil.NewEtcdClient(endpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+func sortedHashes(ref *refModel, model string) []uint64 {
+	var hs []uint64
+	for b := range ref.present {
+		if b.Endpoint.Model == model {
+			hs = append(hs, b.Hash)
+		}
+	}
+	slices.Sort(hs)
+	return slices.Compact(hs)
+}
+
+// proxy is a TCP proxy between indexd and etcd that a test can cut (a
+// network partition: every connection closes and new ones are refused)
+// and restore.
+type proxy struct {
+	l      net.Listener
+	mu     sync.Mutex
+	target string
+	down   bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// startProxy listens on a free loopback port and forwards to target until
+// the test ends.
+func startProxy(t *testing.T, target string) *proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// endpoint is the proxy's address as an etcd client endpoint.
+func (p *proxy) endpoint() string { return "http://" + p.l.Addr().String() }
+
+func (p *proxy) serve(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_, _ = io.Copy(pair[0], pair[1])
+			pair[0].Close()
+			pair[1].Close()
+		}()
+	}
+}
+
+// cut closes every proxied connection and refuses new ones.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// restore accepts connections again, forwarding to target.
+func (p *proxy) restore(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down, p.target = false, target
+}
+
+// hostPort strips the scheme of an etcd client URL.
+func hostPort(endpoint string) string { return strings.TrimPrefix(endpoint, "http://") }

@@ -1,0 +1,670 @@
+package indexd
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+// index is the in-memory image of kvindex's etcd keyspace at one revision:
+// per model, block hash -> the endpoints holding the block and their tiers;
+// the endpoints with their records and per-tier block counts; and the
+// partitions' applied next offsets.
+//
+// Layout (DESIGN "Reads", goal 48 bytes per (block, endpoint, tier)):
+// endpoints are interned to small integer IDs; each model has one
+// map[uint64]uint32 from block hash to a slot value that holds a single
+// endpoint and its tier mask inline, or the offset of a sorted endpoint set
+// in a pointer-free arena (setArena) for blocks several endpoints hold. A
+// (block, endpoint) held in several tiers costs nothing extra.
+//
+// Concurrency: one writer (the reflector) mutates under the write lock, one
+// whole etcd revision at a time (write), so readers, who take the read lock,
+// never see half a revision. An index that is still being built by a list
+// is not shared yet and needs no lock.
+type index struct {
+	ks keyspace.Keyspace
+
+	mu       sync.RWMutex
+	revision int64
+	// offsets are the applied next offsets per partition, sorted by
+	// (topic, partition).
+	offsets    []partitionOffset
+	tables     map[string]*table
+	eps        []endpoint
+	freeIDs    []uint32
+	byPrefix   map[string]uint32
+	byEndpoint map[keyspace.Endpoint]uint32
+	sets       setArena
+	entries    uint64
+}
+
+// table is one model's blocks.
+type table struct {
+	blocks map[uint64]uint32
+	// endpoints counts the model's interned endpoints; the table goes when
+	// the last one does.
+	endpoints int
+}
+
+// endpoint is one interned endpoint; a zero value (used false) is a free
+// ID.
+type endpoint struct {
+	ep     keyspace.Endpoint
+	prefix string // keyspace EndpointBlocksPrefix, the fast-path key
+	tbl    *table
+	blocks [tier.Count]uint64
+	// record says the endpoints/ record exists; meta is decoded from it.
+	record bool
+	meta   endpointMeta
+	used   bool
+}
+
+type endpointMeta struct {
+	lastSeen  time.Time
+	blockSize uint32
+	partition int32
+}
+
+// partitionOffset is a partition's applied next offset: every record below
+// Next is reflected in the index.
+type partitionOffset struct {
+	Partition keyspace.Partition
+	Next      int64
+}
+
+// match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
+// Blocks leading hashes are present on Endpoint in some tier, and Tiers[i]
+// is the best tier of block i.
+type match struct {
+	Endpoint keyspace.Endpoint
+	Blocks   int
+	Tiers    []tier.Tier
+}
+
+// endpointInfo is an endpoint as ListEndpoints reports it.
+type endpointInfo struct {
+	Endpoint keyspace.Endpoint
+	// Blocks counts the endpoint's blocks per tier, indexed by tier-1.
+	Blocks [tier.Count]uint64
+	// Record says the endpoint has an endpoints/ record; the fields below
+	// come from it and are zero without one.
+	Record    bool
+	LastSeen  time.Time
+	BlockSize uint32
+	Partition int32
+}
+
+// indexStats are the index's sizes.
+type indexStats struct {
+	// Entries counts present (block, endpoint, tier) triples.
+	Entries uint64
+	// Blocks counts distinct (model, block hash) keys.
+	Blocks int
+	// Endpoints counts interned endpoints.
+	Endpoints int
+	// Models counts models with at least one endpoint.
+	Models int
+	// SetWords is the arena's live words (4 bytes each).
+	SetWords int
+}
+
+// newIndex returns an empty index for keys under ks at revision 0.
+func newIndex(ks keyspace.Keyspace) *index {
+	return &index{
+		ks:         ks,
+		tables:     make(map[string]*table),
+		byPrefix:   make(map[string]uint32),
+		byEndpoint: make(map[keyspace.Endpoint]uint32),
+	}
+}
+
+// write runs fn, which applies the events of one etcd revision with
+// applyPut and applyDelete, under the write lock, and then sets the
+// index's revision to rev: readers see all of the revision or none of it.
+func (ix *index) write(rev int64, fn func()) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	fn()
+	if rev > ix.revision {
+		ix.revision = rev
+	}
+}
+
+// Revision is the etcd revision the index reflects.
+func (ix *index) Revision() int64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.revision
+}
+
+// stats returns the index's sizes.
+func (ix *index) stats() indexStats {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	s := indexStats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
+	for _, t := range ix.tables {
+		s.Blocks += len(t.blocks)
+	}
+	return s
+}
+
+// applyPut applies a put of key with value. It returns the key's kind and,
+// for a key or value it cannot use, an error wrapping
+// keyspace.ErrMalformedKey, ErrMalformedValue or ErrIndexFull; the caller
+// counts and logs it, and the index is unchanged except that a malformed
+// endpoint record still marks its endpoint as recorded. owners/ and
+// ingesters/ keys are not indexed. The caller holds the write lock.
+func (ix *index) applyPut(key string, value []byte) (keyspace.Kind, error) {
+	kind := ix.ks.KindOf(key)
+	switch kind {
+	case keyspace.KindBlock:
+		return kind, ix.putBlock(key)
+	case keyspace.KindEndpoint:
+		return kind, ix.putEndpoint(key, value)
+	case keyspace.KindOffset:
+		return kind, ix.putOffset(key, value)
+	case keyspace.KindOwner, keyspace.KindIngester:
+		return kind, nil
+	}
+	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
+}
+
+// applyDelete applies a delete of key, with applyPut's contract. Deleting
+// something absent is a no-op.
+func (ix *index) applyDelete(key string) (keyspace.Kind, error) {
+	kind := ix.ks.KindOf(key)
+	switch kind {
+	case keyspace.KindBlock:
+		return kind, ix.deleteBlock(key)
+	case keyspace.KindEndpoint:
+		return kind, ix.deleteEndpoint(key)
+	case keyspace.KindOffset:
+		return kind, ix.deleteOffset(key)
+	case keyspace.KindOwner, keyspace.KindIngester:
+		return kind, nil
+	}
+	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
+}
+
+// putBlock makes (block, endpoint, tier) present; present already is a
+// no-op (presence, not counts). The fast path (a known endpoint prefix)
+// allocates nothing.
+func (ix *index) putBlock(key string) error {
+	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
+	if err != nil {
+		return err
+	}
+	id, ok := ix.byPrefix[prefix]
+	if !ok {
+		blk, err := ix.ks.ParseBlockKey(key)
+		if err != nil {
+			return err
+		}
+		if id, err = ix.intern(blk.Endpoint, prefix); err != nil {
+			return err
+		}
+	}
+	return ix.putID(id, t, hash)
+}
+
+// putID makes hash present on endpoint id in tier t.
+func (ix *index) putID(id uint32, t tier.Tier, hash uint64) error {
+	e := &ix.eps[id]
+	m := e.tbl.blocks
+	v := m[hash]
+	nv, added, err := ix.sets.add(v, id, tierBit(t))
+	if err != nil {
+		ix.maybeFree(id)
+		return err
+	}
+	if nv != v {
+		m[hash] = nv
+	}
+	if added {
+		e.blocks[t-1]++
+		ix.entries++
+	}
+	return nil
+}
+
+// deleteBlock makes (block, endpoint, tier) absent.
+func (ix *index) deleteBlock(key string) error {
+	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
+	if err != nil {
+		return err
+	}
+	id, ok := ix.byPrefix[prefix]
+	if !ok {
+		// An endpoint we do not know holds nothing here; still insist on
+		// a well-formed key so junk is counted.
+		_, err := ix.ks.ParseBlockKey(key)
+		return err
+	}
+	e := &ix.eps[id]
+	m := e.tbl.blocks
+	v, ok := m[hash]
+	if !ok {
+		return nil
+	}
+	nv, removed := ix.sets.remove(v, id, tierBit(t))
+	if !removed {
+		return nil
+	}
+	if nv == 0 {
+		delete(m, hash)
+	} else if nv != v {
+		m[hash] = nv
+	}
+	e.blocks[t-1]--
+	ix.entries--
+	ix.maybeFree(id)
+	return nil
+}
+
+// putEndpoint records an endpoints/ record. A value that does not decode
+// still marks the endpoint as recorded (it exists in etcd) and returns an
+// error wrapping ErrMalformedValue.
+func (ix *index) putEndpoint(key string, value []byte) error {
+	ep, err := ix.ks.ParseEndpointKey(key)
+	if err != nil {
+		return err
+	}
+	id, ok := ix.byEndpoint[ep]
+	if !ok {
+		if id, err = ix.intern(ep, ix.ks.EndpointBlocksPrefix(ep)); err != nil {
+			return err
+		}
+	}
+	e := &ix.eps[id]
+	e.record = true
+	rec, err := keyspace.UnmarshalEndpointRecord(value)
+	if err != nil {
+		e.meta = endpointMeta{}
+		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)
+	}
+	e.meta = endpointMeta{lastSeen: rec.LastRecord, blockSize: rec.BlockSize, partition: rec.Partition}
+	return nil
+}
+
+// deleteEndpoint forgets an endpoints/ record. It drops no block: blocks
+// are deleted by their own keys.
+func (ix *index) deleteEndpoint(key string) error {
+	ep, err := ix.ks.ParseEndpointKey(key)
+	if err != nil {
+		return err
+	}
+	id, ok := ix.byEndpoint[ep]
+	if !ok {
+		return nil
+	}
+	e := &ix.eps[id]
+	e.record, e.meta = false, endpointMeta{}
+	ix.maybeFree(id)
+	return nil
+}
+
+// putOffset records a partition's next offset.
+func (ix *index) putOffset(key string, value []byte) error {
+	p, err := ix.ks.ParseOffsetKey(key)
+	if err != nil {
+		return err
+	}
+	next, err := keyspace.ParseOffset(value)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)
+	}
+	i, ok := ix.findOffset(p)
+	if ok {
+		ix.offsets[i].Next = next
+		return nil
+	}
+	p.Topic = strings.Clone(p.Topic)
+	ix.offsets = slices.Insert(ix.offsets, i, partitionOffset{Partition: p, Next: next})
+	return nil
+}
+
+// deleteOffset forgets a partition's offset.
+func (ix *index) deleteOffset(key string) error {
+	p, err := ix.ks.ParseOffsetKey(key)
+	if err != nil {
+		return err
+	}
+	if i, ok := ix.findOffset(p); ok {
+		ix.offsets = slices.Delete(ix.offsets, i, i+1)
+	}
+	return nil
+}
+
+func comparePartitions(a, b keyspace.Partition) int {
+	if c := strings.Compare(a.Topic, b.Topic); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Partition, b.Partition)
+}
+
+func (ix *index) findOffset(p keyspace.Partition) (int, bool) {
+	return slices.BinarySearchFunc(ix.offsets, p, func(o partitionOffset, p keyspace.Partition) int {
+		return comparePartitions(o.Partition, p)
+	})
+}
+
+// intern gives ep (whose blocks prefix is prefix) an endpoint ID. The
+// strings are cloned: callers may pass views of etcd's response buffers.
+func (ix *index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
+	var id uint32
+	if n := len(ix.freeIDs); n > 0 {
+		id = ix.freeIDs[n-1]
+		ix.freeIDs = ix.freeIDs[:n-1]
+	} else {
+		if len(ix.eps) > int(maxEndpointID) {
+			return 0, fmt.Errorf("%w: more than %d endpoints", ErrIndexFull, maxEndpointID+1)
+		}
+		id = uint32(len(ix.eps))
+		ix.eps = append(ix.eps, endpoint{})
+	}
+	ep = keyspace.Endpoint{Model: strings.Clone(ep.Model), Pod: strings.Clone(ep.Pod), Rank: ep.Rank}
+	tbl := ix.tables[ep.Model]
+	if tbl == nil {
+		tbl = &table{blocks: make(map[uint64]uint32)}
+		ix.tables[ep.Model] = tbl
+	}
+	tbl.endpoints++
+	e := endpoint{ep: ep, prefix: strings.Clone(prefix), tbl: tbl, used: true}
+	ix.eps[id] = e
+	ix.byPrefix[e.prefix] = id
+	ix.byEndpoint[ep] = id
+	return id, nil
+}
+
+// maybeFree releases the ID of an endpoint with no record and no block.
+func (ix *index) maybeFree(id uint32) {
+	e := &ix.eps[id]
+	if e.record || e.blocks != [tier.Count]uint64{} {
+		return
+	}
+	delete(ix.byPrefix, e.prefix)
+	delete(ix.byEndpoint, e.ep)
+	if e.tbl.endpoints--; e.tbl.endpoints == 0 {
+		delete(ix.tables, e.ep.Model)
+	}
+	*e = endpoint{}
+	ix.freeIDs = append(ix.freeIDs, id)
+}
+
+// lookupScratch holds a Lookup's working memory and result; reused across
+// calls (the server pools them) so a Lookup allocates nothing in steady
+// state. Matches' Tiers alias the scratch: copy before reusing it.
+type lookupScratch struct {
+	vals  []uint32 // slot values of a chunk of probed blocks
+	alive []uint32 // endpoint IDs still matching, sorted
+	// col holds, block after block, the best tier of each endpoint still
+	// alive after that block, in alive (endpoint ID) order.
+	col   []tier.Tier
+	done  []doneMatch
+	cands []uint32
+	tiers []tier.Tier
+	touch uint32
+
+	// Results.
+	Matches  []match
+	Revision int64
+	Offsets  []partitionOffset
+}
+
+// probeChunk is how many hashes Lookup probes before intersecting them:
+// enough for the memory accesses of independent probes to overlap (as in a
+// bare probe loop), few enough that a prefix that stops matching early
+// wastes little.
+const probeChunk = 16
+
+type doneMatch struct {
+	id     uint32
+	blocks int
+	out    int // offset of its tiers in lookupScratch.tiers
+}
+
+// Lookup answers DESIGN semantics 5 for model and hashes into sc: per
+// endpoint, the longest run of leading hashes present in some tier and the
+// best tier of each; endpoints with no leading block are left out. When
+// candidates is non-nil, only those endpoints (Model ignored: the model is
+// model) are considered; unknown candidates match nothing. sc.Matches come
+// out ordered by blocks descending, then pod, then rank, and sc.Revision
+// and sc.Offsets name the state that answered.
+func (ix *index) Lookup(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+	ix.mu.RLock()
+	sc.Revision = ix.revision
+	sc.Offsets = append(sc.Offsets[:0], ix.offsets...)
+	ix.lookupLocked(sc, model, hashes, candidates)
+	ix.mu.RUnlock()
+	slices.SortFunc(sc.Matches, func(a, b match) int {
+		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Endpoint.Pod, b.Endpoint.Pod); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
+	})
+}
+
+// lookupLocked walks hashes in order keeping the sorted list of endpoints
+// that still match every block so far, and stops as soon as it is empty.
+// While walking it appends, per block, the best tier of each survivor to
+// sc.col; the matches' tier lists are then read back from that column in
+// one sequential pass.
+func (ix *index) lookupLocked(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+	sc.Matches, sc.alive, sc.done, sc.col = sc.Matches[:0], sc.alive[:0], sc.done[:0], sc.col[:0]
+	tbl := ix.tables[model]
+	if tbl == nil || len(hashes) == 0 {
+		return
+	}
+	m := tbl.blocks
+	v := m[hashes[0]]
+	if v == 0 {
+		return
+	}
+	alive, col := ix.seed(sc, v, model, candidates)
+	if len(alive) == 0 {
+		return
+	}
+	done := sc.done
+	vals := sc.vals
+	words := ix.sets.words
+	i := 1
+outer:
+	for i < len(hashes) {
+		// Probe a chunk of hashes, and touch the endpoint sets they
+		// point to, in tight loops whose cache misses overlap.
+		end := min(i+probeChunk, len(hashes))
+		vals = vals[:0]
+		var touch uint32
+		for _, h := range hashes[i:end] {
+			v := m[h]
+			vals = append(vals, v)
+			if v&multiBit != 0 {
+				touch += words[v&^multiBit]
+			}
+		}
+		sc.touch += touch // keeps the touching loads alive
+		for _, v := range vals {
+			switch {
+			case v == 0:
+				for _, id := range alive {
+					done = append(done, doneMatch{id: id, blocks: i})
+				}
+				alive = alive[:0]
+			case v&multiBit == 0:
+				// One endpoint holds the block: at most it survives.
+				id := valueID(v)
+				if len(alive) != 1 || alive[0] != id {
+					keep := false
+					for _, a := range alive {
+						if a == id {
+							keep = true
+						} else {
+							done = append(done, doneMatch{id: a, blocks: i})
+						}
+					}
+					alive = alive[:0]
+					if keep {
+						alive = append(alive, id)
+					}
+				}
+				if len(alive) == 1 {
+					col = append(col, bestTier(valueMask(v)))
+				}
+			default:
+				off := v &^ multiBit
+				ms := words[off+1 : off+1+words[off]&lenMask]
+				n, j := 0, 0
+				for _, a := range alive {
+					for j < len(ms) && valueID(ms[j]) < a {
+						j++
+					}
+					if j < len(ms) && valueID(ms[j]) == a {
+						alive[n] = a
+						n++
+						col = append(col, bestTier(valueMask(ms[j])))
+					} else {
+						done = append(done, doneMatch{id: a, blocks: i})
+					}
+				}
+				alive = alive[:n]
+			}
+			if len(alive) == 0 {
+				break outer
+			}
+			i++
+		}
+	}
+	for _, id := range alive {
+		done = append(done, doneMatch{id: id, blocks: i})
+	}
+	sc.vals, sc.alive, sc.col = vals, alive, col
+
+	// Read the tiers back: col holds, for block b, one entry per endpoint
+	// with more than b blocks, in endpoint ID order.
+	slices.SortFunc(done, func(a, b doneMatch) int { return cmp.Compare(a.id, b.id) })
+	total := 0
+	for k := range done {
+		done[k].out = total
+		total += done[k].blocks
+	}
+	tiers := slices.Grow(sc.tiers[:0], total)[:total]
+	live := append(sc.alive[:0], make([]uint32, len(done))...) // indexes into done, reusing alive's memory
+	for k := range live {
+		live[k] = uint32(k)
+	}
+	pos := 0
+	for b := 0; len(live) > 0; b++ {
+		n := 0
+		for _, k := range live {
+			d := &done[k]
+			tiers[d.out+b] = col[pos]
+			pos++
+			if d.blocks > b+1 {
+				live[n] = k
+				n++
+			}
+		}
+		live = live[:n]
+	}
+	matches := slices.Grow(sc.Matches[:0], len(done))
+	for _, d := range done {
+		matches = append(matches, match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
+	}
+	sc.done, sc.alive, sc.tiers, sc.Matches = done, live, tiers, matches
+}
+
+// seed returns the endpoints holding the first block (slot value v),
+// restricted to the candidates when there are any, and sc.col with their
+// best tiers of that block appended.
+func (ix *index) seed(sc *lookupScratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
+	alive, col := sc.alive[:0], sc.col[:0]
+	var cands []uint32
+	if candidates != nil {
+		cands = sc.cands[:0]
+		for _, c := range candidates {
+			c.Model = model
+			if id, ok := ix.byEndpoint[c]; ok {
+				cands = append(cands, id)
+			}
+		}
+		slices.Sort(cands)
+		sc.cands = cands
+	}
+	add := func(m uint32) {
+		id := valueID(m)
+		if candidates != nil {
+			if _, ok := slices.BinarySearch(cands, id); !ok {
+				return
+			}
+		}
+		alive = append(alive, id)
+		col = append(col, bestTier(valueMask(m)))
+	}
+	if v&multiBit == 0 {
+		add(v)
+	} else {
+		for _, m := range ix.sets.members(v &^ multiBit) {
+			add(m)
+		}
+	}
+	return alive, col
+}
+
+// ListEndpoints returns the endpoints of model (every model when model is
+// empty) ordered by model, pod, rank, and the revision that answered.
+func (ix *index) ListEndpoints(model string) ([]endpointInfo, int64) {
+	ix.mu.RLock()
+	out := make([]endpointInfo, 0, len(ix.byPrefix))
+	for i := range ix.eps {
+		e := &ix.eps[i]
+		if !e.used || (model != "" && e.ep.Model != model) {
+			continue
+		}
+		out = append(out, endpointInfo{
+			Endpoint: e.ep, Blocks: e.blocks, Record: e.record,
+			LastSeen: e.meta.lastSeen, BlockSize: e.meta.blockSize, Partition: e.meta.partition,
+		})
+	}
+	rev := ix.revision
+	ix.mu.RUnlock()
+	slices.SortFunc(out, func(a, b endpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	return out, rev
+}
+
+func compareEndpoints(a, b keyspace.Endpoint) int {
+	if c := strings.Compare(a.Model, b.Model); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Rank, b.Rank)
+}
+
+// lagging returns the first barrier record whose partition's applied next
+// offset is not yet past the record's offset, with that applied offset (-1
+// when the partition is unknown); ok is true when every record is met.
+func (ix *index) lagging(records []partitionOffset) (rec partitionOffset, applied int64, ok bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	for _, r := range records {
+		applied = -1
+		if i, found := ix.findOffset(r.Partition); found {
+			applied = ix.offsets[i].Next
+		}
+		if applied <= r.Next {
+			return r, applied, false
+		}
+	}
+	return partitionOffset{}, 0, true
+}

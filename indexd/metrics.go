@@ -1,0 +1,92 @@
+package indexd
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are indexd's Prometheus metrics (subsystem "indexd").
+type metrics struct {
+	requests       *prometheus.CounterVec
+	requestSeconds *prometheus.HistogramVec
+	barrierSeconds prometheus.Histogram
+	watchEvents    *prometheus.CounterVec
+	malformed      *prometheus.CounterVec
+	lists          *prometheus.CounterVec
+	listSeconds    prometheus.Histogram
+	listedKeys     prometheus.Counter
+	watchRestarts  prometheus.Counter
+	ready          prometheus.Gauge
+}
+
+// newMetrics builds the metrics and registers them, with gauges that read
+// the current index through cur, on reg (when non-nil).
+func newMetrics(reg *prometheus.Registry, cur func() *index) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_indexd_requests_total",
+			Help: "gRPC calls served, by method and status code.",
+		}, []string{"method", "code"}),
+		requestSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "kvindex_indexd_request_seconds",
+			Help:    "Time to answer a gRPC call, barrier wait included, by method.",
+			Buckets: prometheus.ExponentialBuckets(25e-6, 2.5, 14),
+		}, []string{"method"}),
+		barrierSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvindex_indexd_barrier_wait_seconds",
+			Help:    "Time Lookup calls with a barrier waited for it (met or not).",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 3, 12),
+		}),
+		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_indexd_watch_events_total",
+			Help: "etcd watch events applied, by key kind (blocks, endpoints, offsets, owners, ingesters, unknown).",
+		}, []string{"kind"}),
+		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_indexd_malformed_total",
+			Help: "Keys or values under the prefix that could not be indexed and were skipped, by key kind.",
+		}, []string{"kind"}),
+		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_indexd_lists_total",
+			Help: "Complete lists of etcd applied, by reason: start (the first) or compacted (a re-list after the watch fell behind a compaction).",
+		}, []string{"reason"}),
+		listSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvindex_indexd_list_seconds",
+			Help:    "Time to list etcd into a fresh index.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14),
+		}),
+		listedKeys: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_indexd_listed_keys_total",
+			Help: "Keys read by lists.",
+		}),
+		watchRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_indexd_watch_restarts_total",
+			Help: "Broken watches resumed from the last applied revision + 1 without a re-list.",
+		}),
+		ready: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_indexd_ready",
+			Help: "1 once the first list is applied and the replica serves, else 0.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	stat := func(name, help string, f func(*index) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			if ix := cur(); ix != nil {
+				return f(ix)
+			}
+			return 0
+		})
+	}
+	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.watchEvents, m.malformed,
+		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready,
+		stat("kvindex_indexd_revision", "etcd revision the serving index reflects.",
+			func(ix *index) float64 { return float64(ix.Revision()) }),
+		stat("kvindex_indexd_entries", "Present (block, endpoint, tier) entries in the serving index.",
+			func(ix *index) float64 { return float64(ix.stats().Entries) }),
+		stat("kvindex_indexd_endpoints", "Endpoints in the serving index.",
+			func(ix *index) float64 { return float64(ix.stats().Endpoints) }),
+		stat("kvindex_indexd_set_arena_bytes", "Bytes of endpoint sets (blocks held by several endpoints) in the serving index.",
+			func(ix *index) float64 { return float64(4 * ix.stats().SetWords) }),
+	)
+	return m
+}

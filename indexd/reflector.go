@@ -1,0 +1,309 @@
+package indexd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// reflector keeps an index in step with etcd (DESIGN "Reads"), after
+// client-go's Reflector: list the keyspace at one revision into a fresh
+// index, publish it, then watch from the next revision and apply each
+// revision's events under the index's write lock. It is the index's one
+// writer.
+//
+// A broken watch (leader loss, network, etcd restart) resumes from the
+// last applied revision + 1 on the same index. Only a compaction past that
+// revision forces a re-list; the fresh index is swapped in atomically when
+// complete, and the old one serves until then.
+type reflector struct {
+	cli  *clientv3.Client
+	ks   keyspace.Keyspace
+	cfg  Config
+	log  *slog.Logger
+	m    *metrics
+	cur  atomic.Pointer[index]
+	bcst *broadcaster
+	// onReady runs once, after the first list is published.
+	onReady func()
+}
+
+// errWatchClosed reports a watch channel that closed without an error.
+var errWatchClosed = errors.New("indexd: watch channel closed")
+
+// current returns the serving index, or nil before the first list.
+func (r *reflector) current() *index { return r.cur.Load() }
+
+// run lists and watches until ctx ends; it returns nil then. Every other
+// failure is retried with backoff.
+func (r *reflector) run(ctx context.Context) error {
+	bo := backoff{min: r.cfg.BackoffMin, max: r.cfg.BackoffMax}
+	var ix *index
+	reason := "start"
+	for ctx.Err() == nil {
+		if ix == nil {
+			fresh, err := r.list(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					// The revision we listed at was compacted mid-list:
+					// start again at a newer one, no need to wait.
+					r.log.Info("list revision compacted, listing again", "err", err)
+					continue
+				}
+				d := bo.next()
+				r.log.Warn("listing etcd failed, retrying", "err", err, "backoff", d)
+				sleep(ctx, d)
+				continue
+			}
+			ix = fresh
+			r.cur.Store(ix)
+			r.bcst.broadcast()
+			r.m.lists.WithLabelValues(reason).Inc()
+			if reason == "start" {
+				r.onReady()
+			}
+			reason = "compacted"
+		}
+		progressed, err := r.watch(ctx, ix)
+		if ctx.Err() != nil {
+			break
+		}
+		if progressed {
+			bo.reset()
+		}
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			r.log.Warn("watch revision compacted, re-listing into a fresh index", "revision", ix.Revision(), "err", err)
+			ix = nil
+			continue
+		}
+		r.m.watchRestarts.Inc()
+		d := bo.next()
+		r.log.Warn("watch broken, resuming", "revision", ix.Revision(), "err", err, "backoff", d)
+		sleep(ctx, d)
+	}
+	return nil
+}
+
+// list reads the keyspace at one revision into a fresh index: the small
+// endpoints/ prefix first (its response header fixes the revision R), then
+// offsets/ and the blocks/ keyspace at R, cut into one range per known
+// endpoint (DESIGN "Reads": one ranged Get pays for the whole remaining
+// range, so small pages over a big prefix are quadratic). The ranges are
+// contiguous, so block keys of an endpoint with no record are read too.
+// Up to ListConcurrency ranges are in flight; this goroutine applies them.
+func (r *reflector) list(ctx context.Context) (*index, error) {
+	start := time.Now()
+	ix := newIndex(r.ks)
+	var bad []badKey
+	apply := func(kvs []*mvccpb.KeyValue) {
+		for _, kv := range kvs {
+			if kind, err := ix.applyPut(bytesString(kv.Key), kv.Value); err != nil {
+				bad = appendBad(bad, kind, kv.Key, err)
+			}
+		}
+		r.m.listedKeys.Add(float64(len(kvs)))
+	}
+	resp, err := r.cli.Get(ctx, r.ks.EndpointsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("listing endpoints: %w", err)
+	}
+	rev := resp.Header.Revision
+	apply(resp.Kvs)
+	resp, err = r.cli.Get(ctx, r.ks.OffsetsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
+	if err != nil {
+		return nil, fmt.Errorf("listing offsets at revision %d: %w", rev, err)
+	}
+	apply(resp.Kvs)
+
+	bounds := make([]string, 0, len(ix.byPrefix)+2)
+	for p := range ix.byPrefix {
+		bounds = append(bounds, p)
+	}
+	slices.Sort(bounds)
+	blocks := r.ks.BlocksPrefix()
+	if len(bounds) > 0 {
+		bounds[0] = blocks // the first range starts at the section
+	} else {
+		bounds = append(bounds, blocks)
+	}
+	bounds = append(bounds, keyspace.RangeEnd(blocks))
+
+	results := make(chan []*mvccpb.KeyValue, r.cfg.ListConcurrency)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(r.cfg.ListConcurrency)
+	feeder := make(chan error, 1)
+	go func() {
+		// The feeder owns results: it closes it once every range is in.
+		defer close(results)
+		for i := 0; i+1 < len(bounds); i++ {
+			from, to := bounds[i], bounds[i+1]
+			g.Go(func() error {
+				resp, err := r.cli.Get(gctx, from, clientv3.WithRange(to), clientv3.WithRev(rev), clientv3.WithKeysOnly())
+				if err != nil {
+					return fmt.Errorf("listing blocks [%s, %s) at revision %d: %w", from, to, rev, err)
+				}
+				select {
+				case results <- resp.Kvs:
+					return nil
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+			})
+		}
+		feeder <- g.Wait()
+	}()
+	for kvs := range results {
+		apply(kvs)
+	}
+	if err := <-feeder; err != nil {
+		return nil, err
+	}
+	ix.revision = rev
+	r.logBad(bad, "listing")
+	st := ix.stats()
+	d := time.Since(start)
+	r.m.listSeconds.Observe(d.Seconds())
+	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
+		"ranges", len(bounds)-1, "seconds", d.Seconds())
+	return ix, nil
+}
+
+// watch applies the watch from ix's revision + 1 until it breaks, and
+// returns why, and whether any response arrived.
+func (r *reflector) watch(ctx context.Context, ix *index) (bool, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	from := ix.Revision() + 1
+	wch := r.cli.Watch(wctx, r.ks.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(from),
+		clientv3.WithProgressNotify(), clientv3.WithFragment())
+	progressed := false
+	for resp := range wch {
+		if err := resp.Err(); err != nil {
+			return progressed, err
+		}
+		progressed = true
+		if resp.IsProgressNotify() {
+			// Every event up to the header's revision has been delivered.
+			ix.write(resp.Header.Revision, func() {})
+			continue
+		}
+		r.apply(ix, resp.Events)
+	}
+	return progressed, errWatchClosed
+}
+
+// apply applies events, one revision at a time: each revision's events
+// under one hold of the write lock, so readers see whole revisions only.
+func (r *reflector) apply(ix *index, events []*clientv3.Event) {
+	var counts [keyspace.KindIngester + 1]int
+	var bad []badKey
+	for i := 0; i < len(events); {
+		rev := events[i].Kv.ModRevision
+		j := i + 1
+		for j < len(events) && events[j].Kv.ModRevision == rev {
+			j++
+		}
+		offsets := false
+		ix.write(rev, func() {
+			for _, ev := range events[i:j] {
+				var kind keyspace.Kind
+				var err error
+				if ev.Type == mvccpb.DELETE {
+					kind, err = ix.applyDelete(bytesString(ev.Kv.Key))
+				} else {
+					kind, err = ix.applyPut(bytesString(ev.Kv.Key), ev.Kv.Value)
+				}
+				counts[kind]++
+				offsets = offsets || kind == keyspace.KindOffset
+				if err != nil {
+					bad = appendBad(bad, kind, ev.Kv.Key, err)
+				}
+			}
+		})
+		if offsets {
+			r.bcst.broadcast()
+		}
+		i = j
+	}
+	for kind, n := range counts {
+		if n > 0 {
+			r.m.watchEvents.WithLabelValues(keyspace.Kind(kind).String()).Add(float64(n))
+		}
+	}
+	r.logBad(bad, "watch")
+}
+
+// badKey is a key the index could not use.
+type badKey struct {
+	kind keyspace.Kind
+	key  string
+	err  error
+}
+
+// maxBadLogged bounds the malformed keys logged one by one per list or
+// watch response; the rest are counted and summarised.
+const maxBadLogged = 10
+
+func appendBad(bad []badKey, kind keyspace.Kind, key []byte, err error) []badKey {
+	return append(bad, badKey{kind: kind, key: string(key), err: err})
+}
+
+func (r *reflector) logBad(bad []badKey, phase string) {
+	for i, b := range bad {
+		r.m.malformed.WithLabelValues(b.kind.String()).Inc()
+		if i < maxBadLogged {
+			r.log.Warn("skipping key the index cannot use", "phase", phase, "kind", b.kind.String(), "key", b.key, "err", b.err)
+		}
+	}
+	if len(bad) > maxBadLogged {
+		r.log.Warn("skipped more keys the index cannot use", "phase", phase, "count", len(bad)-maxBadLogged)
+	}
+}
+
+// bytesString views b as a string without copying. Only for keys the index
+// reads and does not keep (it clones what it keeps, see index.intern):
+// listing reads millions of keys, and a copy each is measurable.
+func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// backoff is a capped exponential backoff with jitter: each wait is drawn
+// from [d/2, d) for a d that doubles from min up to max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	}
+	d := b.cur
+	b.cur = min(2*b.cur, b.max)
+	return d/2 + rand.N(d/2+1)
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleep waits for d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}

@@ -1,0 +1,253 @@
+package indexd
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/internal/tier"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// stream writes random transactions the way the ingester does and keeps a
+// reference model of what etcd holds.
+type stream struct {
+	t    *testing.T
+	rng  *rand.Rand
+	w    *writer
+	ref  *refModel
+	pool []uint64
+	eps  []keyspace.Endpoint
+}
+
+func newStream(t *testing.T, w *writer, seed uint64) *stream {
+	s := &stream{t: t, rng: rand.New(rand.NewPCG(seed, 11)), w: w, ref: newRefModel()}
+	for range 16 {
+		s.pool = append(s.pool, s.rng.Uint64())
+	}
+	for _, m := range testModels {
+		for _, p := range testPods[:5] {
+			for r := range uint32(2) {
+				s.eps = append(s.eps, keyspace.Endpoint{Model: m, Pod: p, Rank: r})
+			}
+		}
+	}
+	return s
+}
+
+// step commits n random transactions.
+func (s *stream) step(n int) {
+	for range n {
+		ep := s.eps[s.rng.IntN(len(s.eps))]
+		switch r := s.rng.IntN(100); {
+		case r < 4: // a range drop, alone in its transaction
+			s.w.commit(s.w.drop(ep))
+			for b := range s.ref.present {
+				if b.Endpoint == ep {
+					delete(s.ref.present, b)
+				}
+			}
+		case r < 8:
+			if s.rng.IntN(2) == 0 {
+				s.w.commit(s.w.record(ep, keyspace.EndpointRecord{BlockSize: 16, LastRecord: time.Unix(1700000000, 0).UTC()}))
+				s.ref.records[ep] = true
+			} else {
+				s.w.commit(clientv3.OpDelete(s.w.ks.EndpointKey(ep)))
+				delete(s.ref.records, ep)
+			}
+		default: // a batch of block puts and deletes, last op per key wins
+			last := map[keyspace.Block]bool{}
+			for range 1 + s.rng.IntN(24) {
+				b := keyspace.Block{Endpoint: s.eps[s.rng.IntN(len(s.eps))], Tier: tier.All[s.rng.IntN(tier.Count)], Hash: s.pool[s.rng.IntN(len(s.pool))]}
+				last[b] = s.rng.IntN(100) < 65
+			}
+			var ops []clientv3.Op
+			for b, put := range last {
+				if put {
+					ops = append(ops, s.w.put(b))
+					s.ref.present[b] = true
+				} else {
+					ops = append(ops, s.w.del(b))
+					delete(s.ref.present, b)
+				}
+			}
+			s.w.commit(ops...)
+		}
+	}
+}
+
+// check compares a replica with the reference after the last commit.
+func (s *stream) check(r *replica) {
+	s.t.Helper()
+	for _, model := range testModels {
+		for q := range 12 {
+			hashes := s.pool
+			if q > 0 {
+				hashes = make([]uint64, 1+s.rng.IntN(len(s.pool)))
+				for i, j := range s.rng.Perm(len(s.pool))[:len(hashes)] {
+					hashes[i] = s.pool[j]
+				}
+			}
+			var cands []keyspace.Endpoint
+			if q%4 == 3 {
+				cands = []keyspace.Endpoint{s.eps[s.rng.IntN(len(s.eps))], s.eps[s.rng.IntN(len(s.eps))]}
+			}
+			got, _ := lookup(s.t, r, s.w, model, hashes, cands)
+			if diff := gocmp.Diff(s.ref.lookup(model, hashes, cands), got, cmpopts.EquateEmpty()); diff != "" {
+				s.t.Fatalf("Lookup(%s, %x, %v) (-reference +indexd):\n%s", model, hashes, cands, diff)
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	resp, err := r.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	var got []endpointInfo
+	for _, e := range resp.Endpoints {
+		got = append(got, endpointInfo{
+			Endpoint: keyspace.Endpoint{Model: e.Model, Pod: e.Endpoint.Pod, Rank: e.Endpoint.DpRank},
+			Blocks:   [tier.Count]uint64{e.GpuBlocks, e.CpuBlocks, e.DiskBlocks},
+			Record:   e.LastSeen != nil,
+		})
+	}
+	if diff := gocmp.Diff(s.ref.endpoints(""), got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(endpointInfo{}, "LastSeen", "BlockSize", "Partition")); diff != "" {
+		s.t.Fatalf("ListEndpoints (-reference +indexd):\n%s", diff)
+	}
+}
+
+// sameAnswers checks that two replicas give identical responses.
+func sameAnswers(t *testing.T, a, b *replica, s *stream) {
+	t.Helper()
+	for _, model := range testModels {
+		_, ra := lookup(t, a, s.w, model, s.pool, nil)
+		_, rb := lookup(t, b, s.w, model, s.pool, nil)
+		if diff := gocmp.Diff(ra, rb, protocmp.Transform()); diff != "" {
+			t.Fatalf("replicas disagree on %s (-a +b):\n%s", model, diff)
+		}
+	}
+}
+
+func TestListWatchRandomStream(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	defer func() {
+		if t.Failed() {
+			t.Logf("seed %d", seed)
+		}
+	}()
+	e := testutil.StartEtcd(t)
+	w := newWriter(t, e.Client)
+	s := newStream(t, w, seed)
+	s.step(20) // state before the first replica lists
+
+	a := startReplica(t, e.Client)
+	a.waitServing(t)
+	s.step(60) // a follows by watch
+	s.check(a)
+
+	b := startReplica(t, e.Client) // lists mid-stream
+	b.waitServing(t)
+	s.step(60)
+	s.check(a)
+	s.check(b)
+	sameAnswers(t, a, b, s)
+
+	// Restart a replica mid-stream: the new one lists what the old one
+	// had watched.
+	a.stop()
+	s.step(40)
+	a2 := startReplica(t, e.Client)
+	a2.waitServing(t)
+	s.step(20)
+	s.check(a2)
+	s.check(b)
+	sameAnswers(t, a2, b, s)
+
+	// The reference is what etcd holds.
+	if diff := gocmp.Diff(s.ref, etcdState(t, e.Client), gocmp.AllowUnexported(refModel{}), cmpopts.EquateEmpty(), cmpopts.IgnoreFields(refModel{}, "offsets")); diff != "" {
+		t.Fatalf("reference differs from etcd (-reference +etcd):\n%s", diff)
+	}
+	for _, r := range []*replica{a2, b} {
+		if n := r.counter(t, r.srv.m.lists.WithLabelValues("compacted")); n != 0 {
+			t.Fatalf("replica re-listed %v times with no compaction", n)
+		}
+	}
+}
+
+func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
+	addr := freeAddr(t)
+	e := testutil.StartEtcd(t, withClientAddr(addr))
+	px := startProxy(t, addr)
+	w := newWriter(t, ownClient(t, e.Endpoints))
+	s := newStream(t, w, 1)
+	r := startReplica(t, ownClient(t, []string{px.endpoint()}))
+	r.waitServing(t)
+	s.step(20)
+	s.check(r)
+
+	// etcd goes away (indexd's connection breaks first, as it would when
+	// the process dies), and comes back on the same data dir and address.
+	px.cut()
+	e.Stop()
+	testutil.RestartEtcd(t, e.Dir, withClientAddr(addr))
+	px.restore(addr)
+	s.step(20) // the writer's client reconnects too
+	s.check(r)
+	if n := r.counter(t, r.srv.m.lists.WithLabelValues("start")); n != 1 {
+		t.Fatalf("lists at start = %v, want 1", n)
+	}
+	if n := r.counter(t, r.srv.m.lists.WithLabelValues("compacted")); n != 0 {
+		t.Fatalf("an etcd restart caused %v re-lists, want 0", n)
+	}
+	r.stop() // before the cleanups stop etcd, so no watch holds it open
+}
+
+func TestCompactionWhileDisconnectedForcesRelist(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := startProxy(t, hostPort(e.Endpoints[0]))
+	w := newWriter(t, e.Client)
+	s := newStream(t, w, 2)
+	r := startReplica(t, ownClient(t, []string{px.endpoint()}))
+	r.waitServing(t)
+	s.step(30)
+	s.check(r)
+
+	// Partition indexd from etcd, change and compact, then heal.
+	px.cut()
+	for _, ep := range s.eps[:4] {
+		s.w.commit(s.w.drop(ep)) // deletes indexd must not keep as stale entries
+		for b := range s.ref.present {
+			if b.Endpoint == ep {
+				delete(s.ref.present, b)
+			}
+		}
+	}
+	s.step(20)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	resp, err := e.Client.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Client.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatal(err)
+	}
+	px.restore(hostPort(e.Endpoints[0]))
+
+	s.check(r) // the barrier waits for the re-list
+	if n := r.counter(t, r.srv.m.lists.WithLabelValues("compacted")); n != 1 {
+		t.Fatalf("re-lists after compaction = %v, want 1", n)
+	}
+	s.step(10) // and the watch goes on from the fresh index
+	s.check(r)
+	r.stop()
+}

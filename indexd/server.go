@@ -1,0 +1,363 @@
+package indexd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/logging"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// Server is an indexd replica: the reflector that keeps the index in step
+// with etcd, and the gRPC server (kvindex.v1.IndexService, the gRPC health
+// service, reflection) that answers from it.
+//
+// Shutdown order (Run, when its context ends): the health service turns
+// NOT_SERVING and ends its Watch streams; the gRPC server stops taking calls and lets in-flight ones
+// finish for up to ShutdownGrace, then closes what is left; the reflector's
+// watch is cancelled. The index stays readable to the end.
+type Server struct {
+	kvindexv1.UnsafeIndexServiceServer
+
+	cfg    Config
+	lis    net.Listener
+	grpc   *grpc.Server
+	health *health.Server
+	// stopping is cancelled when shutdown begins; it ends health watches.
+	stopping     context.Context
+	stopHealthFn context.CancelFunc
+	refl         *reflector
+	bcst         *broadcaster
+	m            *metrics
+	ready        atomic.Bool
+	pool         sync.Pool // *lookupScratch
+	ran          atomic.Bool
+}
+
+// serviceName is the gRPC health service name of the API.
+const serviceName = "kvindex.v1.IndexService"
+
+// New validates cfg and binds the gRPC listener (cfg.Listener, or a new
+// one on cfg.ListenAddr), so Addr is known before Run. It errors with
+// ErrInvalidConfig, or when the address cannot be bound.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	if cfg.Logger == nil {
+		cfg.Logger = logging.Discard()
+	}
+	lis := cfg.Listener
+	if lis == nil {
+		var err error
+		if lis, err = net.Listen("tcp", cfg.ListenAddr); err != nil {
+			return nil, fmt.Errorf("indexd: listening on %s: %w", cfg.ListenAddr, err)
+		}
+	}
+	s := &Server{cfg: cfg, lis: lis, health: health.NewServer(), bcst: newBroadcaster()}
+	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
+	s.pool.New = func() any { return new(lookupScratch) }
+	s.refl = &reflector{cli: cfg.Etcd, ks: cfg.Keyspace, cfg: cfg, log: cfg.Logger, bcst: s.bcst, onReady: s.setReady}
+	s.m = newMetrics(cfg.Registry, s.refl.current)
+	s.refl.m = s.m
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)))
+	desc := s.serviceDesc()
+	s.grpc.RegisterService(&desc, s)
+	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, stopping: s.stopping})
+	reflection.Register(s.grpc)
+	return s, nil
+}
+
+// Addr is the address the gRPC API is served on.
+func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// Ready returns nil once the first list of etcd has been applied (the
+// replica then serves), else an error wrapping ErrNotReady. It suits
+// opsserver's /readyz.
+func (s *Server) Ready() error {
+	if s.ready.Load() {
+		return nil
+	}
+	return ErrNotReady
+}
+
+func (s *Server) setReady() {
+	s.ready.Store(true)
+	s.m.ready.Set(1)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+	s.cfg.Logger.Info("indexd ready", "addr", s.Addr().String(), "revision", s.refl.current().Revision())
+}
+
+// Run serves until ctx ends, then shuts down in the order the type's doc
+// gives and returns nil; it returns an error when serving fails. Call it
+// once.
+func (s *Server) Run(ctx context.Context) error {
+	if !s.ran.CompareAndSwap(false, true) {
+		return errors.New("indexd: Run called twice")
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.refl.run(gctx) })
+	g.Go(func() error {
+		if err := s.grpc.Serve(s.lis); err != nil {
+			return fmt.Errorf("indexd: serving gRPC on %s: %w", s.Addr(), err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		s.stop()
+		return nil
+	})
+	s.cfg.Logger.Info("indexd serving", "addr", s.Addr().String(), "prefix", s.cfg.Keyspace.Prefix())
+	return g.Wait()
+}
+
+// stop shuts the gRPC side down: NOT_SERVING, then GracefulStop bounded by
+// ShutdownGrace, then Stop.
+func (s *Server) stop() {
+	s.health.Shutdown()
+	s.stopHealthFn()
+	done := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(done)
+	}()
+	t := time.NewTimer(s.cfg.ShutdownGrace)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+		s.cfg.Logger.Warn("graceful stop timed out, closing remaining calls", "grace", s.cfg.ShutdownGrace)
+		s.grpc.Stop()
+		<-done
+	}
+}
+
+// serviceDesc is the generated IndexService descriptor with every method
+// wrapped to count and time calls (decode failures included, which never
+// reach an interceptor).
+func (s *Server) serviceDesc() grpc.ServiceDesc {
+	desc := kvindexv1.IndexService_ServiceDesc
+	desc.Methods = slices.Clone(desc.Methods)
+	for i := range desc.Methods {
+		name, h := desc.Methods[i].MethodName, desc.Methods[i].Handler
+		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+			start := time.Now()
+			resp, err := h(srv, ctx, dec, icpt)
+			s.m.requests.WithLabelValues(name, status.Code(err).String()).Inc()
+			s.m.requestSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
+			return resp, err
+		}
+	}
+	return desc
+}
+
+// transportLimit is the gRPC receive limit for a MaxRequestBytes of n:
+// requests up to twice the limit are read and answered INVALID_ARGUMENT
+// naming the limit (gRPC itself can only answer RESOURCE_EXHAUSTED, and
+// writes that status before any handler runs); larger ones gRPC refuses
+// unread.
+func transportLimit(n int) int { return 2 * n }
+
+// checkSize reports a request whose encoding exceeds MaxRequestBytes.
+func (s *Server) checkSize(req proto.Message) error {
+	if n := proto.Size(req); n > s.cfg.MaxRequestBytes {
+		return fmt.Errorf("%w: request is %d bytes, the limit is %d bytes (--max-request-bytes)",
+			ErrInvalidArgument, n, s.cfg.MaxRequestBytes)
+	}
+	return nil
+}
+
+// Lookup implements kvindex.v1.IndexService/Lookup (DESIGN semantics 5,
+// candidate filter, read-your-events barrier).
+func (s *Server) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
+	resp, err := s.lookup(ctx, req)
+	return resp, toStatus(err)
+}
+
+func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
+	records, timeout, err := s.validateLookup(req)
+	if err != nil {
+		return nil, err
+	}
+	ix := s.refl.current()
+	if ix == nil {
+		return nil, ErrNotReady
+	}
+	if len(records) > 0 {
+		if ix, err = s.waitBarrier(ctx, records, timeout); err != nil {
+			return nil, err
+		}
+	}
+	var cands []keyspace.Endpoint
+	if len(req.Candidates) > 0 {
+		cands = make([]keyspace.Endpoint, len(req.Candidates))
+		for i, c := range req.Candidates {
+			cands[i] = keyspace.Endpoint{Pod: c.Pod, Rank: c.DpRank}
+		}
+	}
+	sc := s.pool.Get().(*lookupScratch)
+	defer s.pool.Put(sc)
+	ix.Lookup(sc, req.Model, req.BlockHashes, cands)
+	return lookupResponse(sc), nil
+}
+
+// lookupResponse copies a Lookup result out of its scratch into a
+// response, in a handful of allocations.
+func lookupResponse(sc *lookupScratch) *kvindexv1.LookupResponse {
+	resp := &kvindexv1.LookupResponse{Revision: sc.Revision}
+	if n := len(sc.Matches); n > 0 {
+		total := 0
+		for _, m := range sc.Matches {
+			total += m.Blocks
+		}
+		tiers := make([]kvindexv1.Tier, total)
+		ms := make([]kvindexv1.EndpointMatch, n)
+		eps := make([]kvindexv1.Endpoint, n)
+		resp.Matches = make([]*kvindexv1.EndpointMatch, n)
+		for i, m := range sc.Matches {
+			ts := tiers[:m.Blocks:m.Blocks]
+			tiers = tiers[m.Blocks:]
+			for j, t := range m.Tiers {
+				ts[j] = kvindexv1.Tier(t)
+			}
+			eps[i].Pod, eps[i].DpRank = m.Endpoint.Pod, m.Endpoint.Rank
+			ms[i].Endpoint, ms[i].MatchedBlocks, ms[i].Tiers = &eps[i], uint32(m.Blocks), ts
+			resp.Matches[i] = &ms[i]
+		}
+	}
+	if n := len(sc.Offsets); n > 0 {
+		offs := make([]kvindexv1.PartitionOffset, n)
+		resp.AppliedOffsets = make([]*kvindexv1.PartitionOffset, n)
+		for i, o := range sc.Offsets {
+			offs[i].Topic, offs[i].Partition, offs[i].Offset = o.Partition.Topic, o.Partition.Partition, o.Next
+			resp.AppliedOffsets[i] = &offs[i]
+		}
+	}
+	return resp
+}
+
+// validateLookup checks req against the API's rules and the limits, and
+// returns the barrier's records (largest offset per partition, in Next)
+// and timeout.
+func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]partitionOffset, time.Duration, error) {
+	if err := s.checkSize(req); err != nil {
+		return nil, 0, err
+	}
+	if req.Model == "" {
+		return nil, 0, fmt.Errorf("%w: model is required", ErrInvalidArgument)
+	}
+	if err := keyspace.ValidateName("model", req.Model); err != nil {
+		return nil, 0, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	if n := len(req.BlockHashes); n > s.cfg.MaxHashes {
+		return nil, 0, fmt.Errorf("%w: block_hashes has %d hashes, the limit is %d per request (--max-hashes)",
+			ErrInvalidArgument, n, s.cfg.MaxHashes)
+	}
+	if n := len(req.Candidates); n > s.cfg.MaxCandidates {
+		return nil, 0, fmt.Errorf("%w: candidates has %d endpoints, the limit is %d per request",
+			ErrInvalidArgument, n, s.cfg.MaxCandidates)
+	}
+	for i, c := range req.Candidates {
+		if err := keyspace.ValidateName("pod", c.GetPod()); err != nil {
+			return nil, 0, fmt.Errorf("%w: candidates[%d]: %v", ErrInvalidArgument, i, err)
+		}
+	}
+	b := req.Barrier
+	if b == nil || len(b.Records) == 0 {
+		return nil, 0, nil
+	}
+	if n := len(b.Records); n > s.cfg.MaxBarrierRecords {
+		return nil, 0, fmt.Errorf("%w: barrier has %d records, the limit is %d", ErrInvalidArgument, n, s.cfg.MaxBarrierRecords)
+	}
+	timeout := s.cfg.BarrierTimeout
+	if b.Timeout != nil {
+		if err := b.Timeout.CheckValid(); err != nil {
+			return nil, 0, fmt.Errorf("%w: barrier timeout: %v", ErrInvalidArgument, err)
+		}
+		switch d := b.Timeout.AsDuration(); {
+		case d < 0:
+			return nil, 0, fmt.Errorf("%w: barrier timeout %s is negative", ErrInvalidArgument, d)
+		case d > s.cfg.MaxBarrierTimeout:
+			return nil, 0, fmt.Errorf("%w: barrier timeout %s exceeds the limit of %s", ErrInvalidArgument, d, s.cfg.MaxBarrierTimeout)
+		case d > 0:
+			timeout = d
+		}
+	}
+	records := make([]partitionOffset, 0, len(b.Records))
+	for i, r := range b.Records {
+		if err := keyspace.ValidateName("topic", r.GetTopic()); err != nil {
+			return nil, 0, fmt.Errorf("%w: barrier records[%d]: %v", ErrInvalidArgument, i, err)
+		}
+		if r.Partition < 0 || r.Offset < 0 {
+			return nil, 0, fmt.Errorf("%w: barrier records[%d]: partition %d and offset %d must not be negative",
+				ErrInvalidArgument, i, r.Partition, r.Offset)
+		}
+		p := keyspace.Partition{Topic: r.Topic, Partition: r.Partition}
+		if j := slices.IndexFunc(records, func(o partitionOffset) bool { return o.Partition == p }); j >= 0 {
+			records[j].Next = max(records[j].Next, r.Offset)
+			continue
+		}
+		records = append(records, partitionOffset{Partition: p, Next: r.Offset})
+	}
+	return records, timeout, nil
+}
+
+// ListEndpoints implements kvindex.v1.IndexService/ListEndpoints.
+func (s *Server) ListEndpoints(_ context.Context, req *kvindexv1.ListEndpointsRequest) (*kvindexv1.ListEndpointsResponse, error) {
+	if err := s.checkSize(req); err != nil {
+		return nil, toStatus(err)
+	}
+	if req.Model != "" {
+		if err := keyspace.ValidateName("model", req.Model); err != nil {
+			return nil, toStatus(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
+		}
+	}
+	ix := s.refl.current()
+	if ix == nil {
+		return nil, toStatus(ErrNotReady)
+	}
+	infos, rev := ix.ListEndpoints(req.Model)
+	resp := &kvindexv1.ListEndpointsResponse{Revision: rev, Endpoints: make([]*kvindexv1.EndpointInfo, len(infos))}
+	for i, e := range infos {
+		out := &kvindexv1.EndpointInfo{
+			Model:      e.Endpoint.Model,
+			Endpoint:   &kvindexv1.Endpoint{Pod: e.Endpoint.Pod, DpRank: e.Endpoint.Rank},
+			GpuBlocks:  e.Blocks[0],
+			CpuBlocks:  e.Blocks[1],
+			DiskBlocks: e.Blocks[2],
+			BlockSize:  e.BlockSize,
+			Partition:  e.Partition,
+		}
+		if !e.LastSeen.IsZero() {
+			out.LastSeen = timestamppb.New(e.LastSeen)
+		}
+		resp.Endpoints[i] = out
+	}
+	return resp, nil
+}
+
+// Server implements the generated service interface. It embeds the
+// Unsafe (not the Unimplemented) marker, so adding an RPC to the API fails
+// the build here until it is implemented.
+var _ kvindexv1.IndexServiceServer = (*Server)(nil)

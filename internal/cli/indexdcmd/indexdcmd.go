@@ -1,0 +1,86 @@
+// Package indexdcmd wires the `kvindex indexd` subcommand: flags to
+// indexd.Config, the etcd client, the ops HTTP server (/metrics, /healthz,
+// /readyz, optional pprof) and the indexd replica, run until a signal.
+package indexdcmd
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kvindex/kvindex/indexd"
+	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/opsserver"
+)
+
+// NewCommand returns `kvindex indexd`.
+func NewCommand() *cobra.Command {
+	var (
+		logFlags  common.Logging
+		etcdFlags common.Etcd
+		kafka     common.Kafka
+		metrics   string
+		pprof     bool
+		cfg       = indexd.DefaultConfig()
+	)
+	cmd := &cobra.Command{
+		Use:   "indexd",
+		Short: "Serve Lookup from an in-memory index that lists and watches etcd",
+		Long: `indexd lists kvindex's etcd keyspace at one revision into an in-memory
+index, watches it from there, and answers kvindex.v1.IndexService (Lookup,
+ListEndpoints) over gRPC, with the gRPC health service and reflection on the
+same port. It reports NOT_SERVING until its first list is applied. Run any
+number of replicas; they share nothing but etcd.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := logFlags.Logger()
+			if err != nil {
+				return err
+			}
+			ks, err := etcdFlags.Keyspace()
+			if err != nil {
+				return fmt.Errorf("--etcd-prefix: %w", err)
+			}
+			ctx := cmd.Context()
+			cli, err := etcdFlags.Client(ctx, log)
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
+			srv, err := indexd.New(cfg)
+			if err != nil {
+				return err
+			}
+			ops, err := opsserver.New(opsserver.Config{Addr: metrics, Registry: reg, Ready: srv.Ready, Pprof: pprof})
+			if err != nil {
+				return err
+			}
+			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", ops.Addr(), "etcd", etcdFlags.Endpoints)
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return srv.Run(gctx) })
+			g.Go(func() error { return ops.Run(gctx) })
+			return g.Wait()
+		},
+	}
+	fs := cmd.Flags()
+	logFlags.Register(fs)
+	etcdFlags.Register(fs)
+	kafka.Register(fs) // shared by every role; indexd reads Kafka offsets from etcd, not Kafka
+	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	fs.StringVar(&metrics, "metrics-listen", common.DefaultMetricsAddr, "ops HTTP listen address (/metrics, /healthz, /readyz)")
+	fs.BoolVar(&pprof, "pprof", false, "serve /debug/pprof/ on the ops HTTP address")
+	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
+	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
+	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
+	fs.DurationVar(&cfg.BarrierTimeout, "barrier-timeout", indexd.DefaultBarrierTimeout, "how long a Lookup barrier waits when the request names no timeout")
+	fs.DurationVar(&cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")
+	fs.IntVar(&cfg.ListConcurrency, "list-concurrency", indexd.DefaultListConcurrency, "endpoint block ranges read from etcd at once while listing")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", indexd.DefaultShutdownGrace, "how long in-flight calls may finish on shutdown")
+	return cmd
+}

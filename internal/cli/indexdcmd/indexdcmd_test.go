@@ -1,0 +1,81 @@
+package indexdcmd
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvindex/kvindex/internal/testutil"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func TestIndexdCommandServes(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	grpcAddr, opsAddr := freeAddr(t), freeAddr(t)
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", grpcAddr, "--metrics-listen", opsAddr,
+		"--max-hashes", "16", "--log-level", "warn"})
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(runCtx) }()
+
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// WaitForReady rides out the moment before the port is bound.
+	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: "kvindex.v1.IndexService"}, grpc.WaitForReady(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := stream.Recv()
+		if err != nil {
+			t.Fatalf("health watch: %v", err)
+		}
+		if resp.Status == healthpb.HealthCheckResponse_SERVING {
+			break
+		}
+	}
+	for path, want := range map[string]string{"/readyz": "ok", "/metrics": "kvindex_indexd_ready 1"} {
+		resp, err := http.Get("http://" + opsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) {
+			t.Fatalf("GET %s = %d, body lacks %q", path, resp.StatusCode, want)
+		}
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("indexd returned %v on shutdown", err)
+	}
+}

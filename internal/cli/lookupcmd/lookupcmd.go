@@ -1,0 +1,331 @@
+// Package lookupcmd wires the operator views `kvindex lookup` (which
+// endpoints hold a prefix) and `kvindex endpoints` (which endpoints the
+// index knows), both through the public client library. They print
+// human-readable tables by default and one JSON object with -o json.
+package lookupcmd
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/internal/cli/common"
+)
+
+// errUsage marks bad command-line input.
+var errUsage = errors.New("usage")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// conn holds the flags both commands share.
+type conn struct {
+	index   string
+	output  string
+	timeout time.Duration
+}
+
+func (c *conn) register(fs *pflag.FlagSet) {
+	fs.StringVar(&c.index, "index", common.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
+	fs.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
+}
+
+func (c *conn) client() (*client.Client, error) {
+	if c.output != "table" && c.output != "json" {
+		return nil, usagef("-o %q: want table or json", c.output)
+	}
+	return client.New(c.index, client.WithTimeout(c.timeout))
+}
+
+// NewCommand returns `kvindex lookup`.
+func NewCommand() *cobra.Command {
+	var (
+		c          conn
+		model      string
+		candidates []string
+		barriers   []string
+	)
+	cmd := &cobra.Command{
+		Use:   "lookup --model MODEL HASH...",
+		Short: "Show which endpoints hold the leading blocks of a prefix",
+		Long: `lookup asks an indexd replica which endpoints hold the leading blocks of a
+prefix, given its block hashes in order (64-bit hex as in KV events and the
+fixtures, optionally 0x-prefixed), and prints per endpoint how many leading
+blocks it holds and each block's best tier.
+
+With -o json it prints one object:
+  {"endpoints": [{"pod": P, "dp_rank": N, "blocks": N, "tiers": ["gpu", ...]}],
+   "revision": N, "offsets": {"topic/partition": next offset, ...}}`,
+		Example: `  kvindex lookup --model meta-llama/Llama-3.1-8B-Instruct e5068d13bba8906f 1c92a7b9b9bec94f
+  kvindex lookup --model m -o json --candidate vllm-0 --candidate vllm-1#1 0x9f4d1a9e22efe02c`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if model == "" {
+				return usagef("--model is required")
+			}
+			hashes, err := parseHashes(args)
+			if err != nil {
+				return err
+			}
+			var opts []client.LookupOption
+			if len(candidates) > 0 {
+				eps, err := parseEndpoints(candidates)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, client.WithCandidates(eps...))
+			}
+			if len(barriers) > 0 {
+				recs, err := parseBarriers(barriers)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, client.WithBarrier(0, recs...))
+			}
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			res, err := cl.Lookup(cmd.Context(), model, hashes, opts...)
+			if err != nil {
+				return err
+			}
+			if c.output == "json" {
+				return writeLookupJSON(cmd.OutOrStdout(), res)
+			}
+			return writeLookupTable(cmd.OutOrStdout(), res, len(hashes))
+		},
+	}
+	fs := cmd.Flags()
+	c.register(fs)
+	fs.StringVar(&model, "model", "", "served model name (required)")
+	fs.StringArrayVar(&candidates, "candidate", nil, "limit the answer to this endpoint, POD or POD#RANK (repeatable)")
+	fs.StringArrayVar(&barriers, "after", nil, "wait until this produced record is applied: TOPIC/PARTITION@OFFSET (repeatable)")
+	return cmd
+}
+
+// NewEndpointsCommand returns `kvindex endpoints`.
+func NewEndpointsCommand() *cobra.Command {
+	var (
+		c     conn
+		model string
+	)
+	cmd := &cobra.Command{
+		Use:   "endpoints [--model MODEL]",
+		Short: "List the endpoints the index knows, with block counts per tier",
+		Long: `endpoints lists the endpoints an indexd replica knows (of one model with
+--model), with their block counts per tier, block size, Kafka partition and
+the time of their last KV event batch or heartbeat.
+
+With -o json it prints one object:
+  {"endpoints": [{"model": M, "pod": P, "dp_rank": N, "gpu_blocks": N,
+    "cpu_blocks": N, "disk_blocks": N, "block_size": N, "partition": N,
+    "last_seen": RFC3339 or null}], "revision": N}`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := c.client()
+			if err != nil {
+				return err
+			}
+			defer cl.Close()
+			list, err := cl.ListEndpoints(cmd.Context(), model)
+			if err != nil {
+				return err
+			}
+			if c.output == "json" {
+				return writeEndpointsJSON(cmd.OutOrStdout(), list)
+			}
+			return writeEndpointsTable(cmd.OutOrStdout(), list)
+		},
+	}
+	c.register(cmd.Flags())
+	cmd.Flags().StringVar(&model, "model", "", "list only this model's endpoints")
+	return cmd
+}
+
+// parseHashes parses 64-bit hex block hashes, with an optional 0x.
+func parseHashes(args []string) ([]uint64, error) {
+	out := make([]uint64, len(args))
+	for i, a := range args {
+		s := strings.TrimPrefix(strings.TrimPrefix(a, "0x"), "0X")
+		v, err := strconv.ParseUint(s, 16, 64)
+		if err != nil || s == "" {
+			return nil, usagef("hash %d %q is not 64-bit hex (like e5068d13bba8906f, optionally 0x-prefixed)", i+1, a)
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// parseEndpoints parses POD or POD#RANK (a pod name may itself contain
+// '#'; the last one followed by digits is the rank).
+func parseEndpoints(specs []string) ([]client.Endpoint, error) {
+	out := make([]client.Endpoint, 0, len(specs))
+	for _, s := range specs {
+		ep := client.Endpoint{Pod: s}
+		if i := strings.LastIndexByte(s, '#'); i > 0 {
+			if r, err := strconv.ParseUint(s[i+1:], 10, 32); err == nil {
+				ep = client.Endpoint{Pod: s[:i], DPRank: uint32(r)}
+			}
+		}
+		if ep.Pod == "" {
+			return nil, usagef("--candidate %q: empty pod", s)
+		}
+		out = append(out, ep)
+	}
+	return out, nil
+}
+
+// parseBarriers parses TOPIC/PARTITION@OFFSET.
+func parseBarriers(specs []string) ([]client.PartitionOffset, error) {
+	out := make([]client.PartitionOffset, 0, len(specs))
+	for _, s := range specs {
+		at := strings.LastIndexByte(s, '@')
+		slash := strings.LastIndexByte(s, '/')
+		if at < 0 || slash < 0 || slash > at {
+			return nil, usagef("--after %q: want TOPIC/PARTITION@OFFSET", s)
+		}
+		p, err1 := strconv.ParseInt(s[slash+1:at], 10, 32)
+		o, err2 := strconv.ParseInt(s[at+1:], 10, 64)
+		if err := errors.Join(err1, err2); err != nil || slash == 0 {
+			return nil, usagef("--after %q: want TOPIC/PARTITION@OFFSET", s)
+		}
+		out = append(out, client.PartitionOffset{Topic: s[:slash], Partition: int32(p), Offset: o})
+	}
+	return out, nil
+}
+
+type lookupJSON struct {
+	Endpoints []matchJSON      `json:"endpoints"`
+	Revision  int64            `json:"revision"`
+	Offsets   map[string]int64 `json:"offsets"`
+}
+
+type matchJSON struct {
+	Pod    string   `json:"pod"`
+	DPRank uint32   `json:"dp_rank"`
+	Blocks int      `json:"blocks"`
+	Tiers  []string `json:"tiers"`
+}
+
+func partitionName(o client.PartitionOffset) string {
+	return o.Topic + "/" + strconv.FormatInt(int64(o.Partition), 10)
+}
+
+func writeLookupJSON(w io.Writer, res *client.LookupResult) error {
+	out := lookupJSON{Endpoints: []matchJSON{}, Revision: res.Revision, Offsets: map[string]int64{}}
+	for _, m := range res.Matches {
+		ts := make([]string, len(m.Tiers))
+		for i, t := range m.Tiers {
+			ts[i] = t.String()
+		}
+		out.Endpoints = append(out.Endpoints, matchJSON{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: ts})
+	}
+	for _, o := range res.AppliedOffsets {
+		out.Offsets[partitionName(o)] = o.Offset
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// tierRuns renders tiers as runs, "gpu×3 cpu×1", so long prefixes stay
+// readable.
+func tierRuns(ts []client.Tier) string {
+	var b strings.Builder
+	for i := 0; i < len(ts); {
+		j := i
+		for j < len(ts) && ts[j] == ts[i] {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%s×%d", ts[i], j-i)
+		i = j
+	}
+	return b.String()
+}
+
+func writeLookupTable(w io.Writer, res *client.LookupResult, looked int) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "POD\tDP_RANK\tBLOCKS\tTIERS")
+	for _, m := range res.Matches {
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\n", m.Endpoint.Pod, m.Endpoint.DPRank, m.Blocks, looked, tierRuns(m.Tiers))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(res.Matches) == 0 {
+		fmt.Fprintln(w, "(no endpoint holds the first block)")
+	}
+	offs := make([]string, len(res.AppliedOffsets))
+	for i, o := range res.AppliedOffsets {
+		offs[i] = partitionName(o) + "=" + strconv.FormatInt(o.Offset, 10)
+	}
+	_, err := fmt.Fprintf(w, "revision %d; applied offsets: %s\n", res.Revision, strings.Join(offs, " "))
+	return err
+}
+
+type endpointsJSON struct {
+	Endpoints []endpointJSON `json:"endpoints"`
+	Revision  int64          `json:"revision"`
+}
+
+type endpointJSON struct {
+	Model      string     `json:"model"`
+	Pod        string     `json:"pod"`
+	DPRank     uint32     `json:"dp_rank"`
+	GPUBlocks  uint64     `json:"gpu_blocks"`
+	CPUBlocks  uint64     `json:"cpu_blocks"`
+	DiskBlocks uint64     `json:"disk_blocks"`
+	BlockSize  uint32     `json:"block_size"`
+	Partition  int32      `json:"partition"`
+	LastSeen   *time.Time `json:"last_seen"`
+}
+
+func writeEndpointsJSON(w io.Writer, list *client.EndpointList) error {
+	out := endpointsJSON{Endpoints: []endpointJSON{}, Revision: list.Revision}
+	for _, e := range list.Endpoints {
+		j := endpointJSON{Model: e.Model, Pod: e.Endpoint.Pod, DPRank: e.Endpoint.DPRank, GPUBlocks: e.GPUBlocks,
+			CPUBlocks: e.CPUBlocks, DiskBlocks: e.DiskBlocks, BlockSize: e.BlockSize, Partition: e.Partition}
+		if !e.LastSeen.IsZero() {
+			t := e.LastSeen.UTC()
+			j.LastSeen = &t
+		}
+		out.Endpoints = append(out.Endpoints, j)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+func writeEndpointsTable(w io.Writer, list *client.EndpointList) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "MODEL\tPOD\tDP_RANK\tGPU\tCPU\tDISK\tBLOCK_SIZE\tPARTITION\tLAST_SEEN")
+	for _, e := range list.Endpoints {
+		seen := "-"
+		if !e.LastSeen.IsZero() {
+			seen = e.LastSeen.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", e.Model, e.Endpoint.Pod, e.Endpoint.DPRank,
+			e.GPUBlocks, e.CPUBlocks, e.DiskBlocks, e.BlockSize, e.Partition, seen)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(w, "%d endpoints at revision %d\n", len(list.Endpoints), list.Revision)
+	return err
+}

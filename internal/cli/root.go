@@ -12,6 +12,8 @@ import (
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
 	"github.com/kvindex/kvindex/internal/cli/lookupcmd"
+	"github.com/kvindex/kvindex/internal/cli/replaycmd"
+	"github.com/kvindex/kvindex/internal/cli/standalonecmd"
 )
 
 // NewRoot returns the root command with every subcommand attached.
@@ -40,24 +42,17 @@ var subcommands = []func() *cobra.Command{
 	bridgecmd.NewCommand,
 	lookupcmd.NewCommand,
 	lookupcmd.NewEndpointsCommand,
+	standalonecmd.NewCommand,
+	replaycmd.NewCommand,
 }
 
-// ExitError carries a process exit code through cobra (for example 1 when a
-// replayed scenario's expectation fails, 2 for bad usage).
-type ExitError struct {
-	Code int
-	Err  error
-}
-
-func (e *ExitError) Error() string { return e.Err.Error() }
-func (e *ExitError) Unwrap() error { return e.Err }
-
-// ExitCode returns the exit code for an error returned by the command tree:
-// an ExitError's code, else 1.
+// ExitCode returns the process exit status for an error from the command
+// tree: the code of an error that has an ExitCode() int method (replay
+// uses 1 for a failed expectation, 2 for bad usage), else 1.
 func ExitCode(err error) int {
-	var ee *ExitError
-	if errors.As(err, &ee) {
-		return ee.Code
+	var coded interface{ ExitCode() int }
+	if errors.As(err, &coded) {
+		return coded.ExitCode()
 	}
 	return 1
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -44,8 +45,12 @@ type Config struct {
 	// UnsafeNoFsync skips fsync (tests and benchmarks only: a crash loses
 	// data).
 	UnsafeNoFsync bool
-	// Logger receives etcd's logs at warn and above. Default: discard.
+	// Logger receives etcd's logs at LogLevel and above. Default: discard.
 	Logger *slog.Logger
+	// LogLevel is the least severe etcd log passed on to Logger. Default
+	// error: an embedded single-member etcd warns about settings that are
+	// deliberate here (one port for HTTP and gRPC, simple auth tokens).
+	LogLevel slog.Level
 }
 
 // Defaults for Config.
@@ -58,8 +63,9 @@ const (
 
 // Server is a running embedded etcd.
 type Server struct {
-	e   *embed.Etcd
-	url string
+	e       *embed.Etcd
+	url     string
+	closing *atomic.Bool
 }
 
 // ErrAddrInUse reports that a configured listen address is taken.
@@ -114,7 +120,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		ec.AutoCompactionRetention = cfg.AutoCompactionRetention.String()
 	}
 	ec.LogLevel = "warn"
-	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logging.Zap(cfg.Logger.With("component", "etcd")))
+	if cfg.LogLevel == 0 {
+		cfg.LogLevel = slog.LevelError
+	}
+	closing := new(atomic.Bool)
+	etcdLog := slog.New(&gateHandler{Handler: cfg.Logger.Handler(), min: cfg.LogLevel, closing: closing}).With("component", "etcd")
+	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logging.Zap(etcdLog))
 
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
@@ -129,7 +140,7 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcdembed: waiting for etcd to serve: %w", ctx.Err())
 	}
-	return &Server{e: e, url: cu.String()}, nil
+	return &Server{e: e, url: cu.String(), closing: closing}, nil
 }
 
 // resolve returns addr, or, when its port is 0, addr with a free port.
@@ -161,4 +172,30 @@ func (s *Server) Endpoints() []string { return []string{s.url} }
 func (s *Server) Err() <-chan error { return s.e.Err() }
 
 // Close stops the server and waits for it; the data directory stays.
-func (s *Server) Close() { s.e.Close() }
+//
+// etcd's own logs are silenced from here on: while it stops it reports its
+// closed listeners as errors.
+func (s *Server) Close() {
+	s.closing.Store(true)
+	s.e.Close()
+}
+
+// gateHandler passes etcd's records at min and above until the server
+// starts closing.
+type gateHandler struct {
+	slog.Handler
+	min     slog.Level
+	closing *atomic.Bool
+}
+
+func (h *gateHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= h.min && !h.closing.Load() && h.Handler.Enabled(ctx, l)
+}
+
+func (h *gateHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return &gateHandler{Handler: h.Handler.WithAttrs(as), min: h.min, closing: h.closing}
+}
+
+func (h *gateHandler) WithGroup(name string) slog.Handler {
+	return &gateHandler{Handler: h.Handler.WithGroup(name), min: h.min, closing: h.closing}
+}

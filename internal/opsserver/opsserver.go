@@ -77,6 +77,10 @@ func New(cfg Config) (*Server, error) {
 // Addr is the bound address.
 func (s *Server) Addr() string { return s.l.Addr().String() }
 
+// Close releases the listener of a server that will not Run (Run closes it
+// otherwise).
+func (s *Server) Close() error { return s.l.Close() }
+
 // Run serves until ctx ends, then shuts down, giving in-flight requests up
 // to 5 seconds.
 func (s *Server) Run(ctx context.Context) error {

@@ -1,0 +1,106 @@
+// Package standalonecmd wires `kvindex standalone`: the whole pipeline in
+// one process on embedded defaults (internal/stack): an embedded etcd, an
+// in-process Kafka broker (franz-go's kfake), one ingester and one indexd.
+// It prints where each part listens, so producers, etcdctl, kcat and
+// routers can be pointed at it, and keeps its data under --data-dir across
+// restarts.
+package standalonecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/stack"
+)
+
+type flags struct {
+	log         common.Logging
+	dataDir     string
+	etcdAddr    string
+	kafkaAddr   string
+	grpcAddr    string
+	metricsAddr string
+	topic       string
+	partitions  int32
+}
+
+// flagOf names the flag that sets each component's address, for errors.
+var flagOf = map[string]string{"etcd": "--etcd-listen", "kafka": "--kafka-listen", "grpc": "--listen", "metrics": "--metrics-listen"}
+
+// NewCommand returns `kvindex standalone`.
+func NewCommand() *cobra.Command {
+	var f flags
+	cmd := &cobra.Command{
+		Use:   "standalone",
+		Short: "Run the whole pipeline in one process (embedded etcd and Kafka, ingester, indexd)",
+		Long: `standalone starts an embedded etcd, an in-process Kafka broker, one ingester
+and one indexd, and prints their addresses. Produce KV-event records to the
+Kafka address (topic kvindex-events), look blocks up with 'kvindex lookup',
+and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
+--data-dir, so a restart resumes where it stopped. Ctrl-C stops it cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), cmd.OutOrStdout(), &f)
+		},
+	}
+	fs := cmd.Flags()
+	f.log.Register(fs)
+	fs.StringVar(&f.dataDir, "data-dir", "./kvindex-data", "directory for etcd's data and the Kafka log (kept across restarts)")
+	fs.StringVar(&f.etcdAddr, "etcd-listen", stack.DefaultEtcdAddr, "etcd client host:port")
+	fs.StringVar(&f.kafkaAddr, "kafka-listen", stack.DefaultKafkaAddr, "Kafka broker host:port")
+	fs.StringVar(&f.grpcAddr, "listen", stack.DefaultGRPCAddr, "indexd gRPC host:port")
+	fs.StringVar(&f.metricsAddr, "metrics-listen", stack.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
+	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
+	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
+	return cmd
+}
+
+func run(ctx context.Context, out io.Writer, f *flags) error {
+	log, err := f.log.Logger()
+	if err != nil {
+		return err
+	}
+	s, err := stack.Start(ctx, stack.Config{
+		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
+		Topic: f.topic, Partitions: f.partitions, Logger: log,
+	})
+	var ae *stack.AddrError
+	if errors.As(err, &ae) {
+		return fmt.Errorf("%w (choose another with %s)", err, flagOf[ae.Which])
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "kafka: %s (topic %s)\n", s.KafkaAddr(), s.Topic())
+	fmt.Fprintf(out, "grpc: %s\n", s.GRPCAddr())
+	fmt.Fprintf(out, "etcd: %s\n", s.EtcdURL())
+	fmt.Fprintf(out, "metrics: http://%s/metrics\n", s.MetricsAddr())
+	fmt.Fprintf(out, "data: %s\n", f.dataDir)
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for ready := false; ; {
+		select {
+		case err := <-done:
+			if err == nil {
+				fmt.Fprintln(out, "stopped")
+			}
+			return err
+		case <-tick.C:
+			if !ready && s.Ready() == nil {
+				ready = true
+				fmt.Fprintln(out, "ready (Ctrl-C stops)")
+			}
+		}
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/lookupcmd"
 )
@@ -32,7 +33,7 @@ Start everything in one process with 'kvindex standalone'.`,
 }
 
 // subcommands lists the constructors of every subcommand, in help order.
-var subcommands = []func() *cobra.Command{indexdcmd.NewCommand, lookupcmd.NewCommand, lookupcmd.NewEndpointsCommand}
+var subcommands = []func() *cobra.Command{bridgecmd.NewCommand, indexdcmd.NewCommand, lookupcmd.NewCommand, lookupcmd.NewEndpointsCommand}
 
 // ExitError carries a process exit code through cobra (for example 1 when a
 // replayed scenario's expectation fails, 2 for bad usage).

@@ -388,3 +388,49 @@ func TestCustomMediums(t *testing.T) {
 		t.Fatalf("events %+v skipped %+v", b.Events, b.Skipped)
 	}
 }
+
+// TestTokenIDs covers the raw integer fast path of token_ids: every integer
+// width and sign, the hand-over to the slow path at a non-integer or an
+// out-of-range element, and truncation.
+func TestTokenIDs(t *testing.T) {
+	ev := func(tokens any) []byte {
+		return encode(t, []any{1.0, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{1}, "token_ids": tokens}}})
+	}
+	tests := []struct {
+		name    string
+		payload []byte
+		want    []int64
+		skip    bool
+	}{
+		{name: "every_width", payload: ev([]any{int8(-5), 7, uint8(200), uint16(60000), uint32(4294967295), uint64(1 << 40), int16(-300), int32(-70000), int64(-1 << 40)}), want: []int64{-5, 7, 200, 60000, 4294967295, 1 << 40, -300, -70000, -1 << 40}},
+		{name: "non_integer_element", payload: ev([]any{1, "x", 3}), skip: true},
+		{name: "out_of_range_element", payload: ev([]any{1, uint64(1 << 63)}), skip: true},
+		{name: "nil", payload: ev(nil)},
+	}
+	dec := NewDecoder(nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := dec.Decode(tc.payload)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.skip {
+				if len(b.Skipped) != 1 || b.Skipped[0].Reason != SkipInvalid || !strings.Contains(b.Skipped[0].Detail, "token_ids") {
+					t.Fatalf("skipped = %+v, want one invalid token_ids", b.Skipped)
+				}
+				return
+			}
+			if len(b.Events) != 1 {
+				t.Fatalf("events %+v skipped %+v", b.Events, b.Skipped)
+			}
+			if diff := cmp.Diff(tc.want, b.Events[0].TokenIDs); diff != "" {
+				t.Fatalf("token ids (-want +got):\n%s", diff)
+			}
+		})
+	}
+	// A uint32 whose last bytes are missing, inside the token list.
+	truncated := append(encode(t, []any{1.0})[:0], 0x92, 0x01, 0x91, 0x81, 0xa9, 't', 'o', 'k', 'e', 'n', '_', 'i', 'd', 's', 0x92, 0x01, 0xce, 0x00)
+	if _, err := dec.Decode(truncated); !errors.Is(err, ErrMalformedBatch) || !strings.Contains(err.Error(), "truncated") {
+		t.Fatalf("truncated token: %v", err)
+	}
+}

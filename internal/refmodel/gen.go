@@ -1,0 +1,311 @@
+package refmodel
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// GenConfig shapes a random record stream.
+type GenConfig struct {
+	// Seed makes the stream reproducible; print it when a test fails.
+	Seed uint64
+	// Records is the stream length.
+	Records int
+	// Models, Pods and Ranks bound the endpoints: every pod serves one
+	// model and has Ranks data-parallel ranks. Defaults 2, 4, 2.
+	Models, Pods, Ranks int
+	// Universe is how many distinct block hashes each model draws from;
+	// small universes make pods share blocks. Default 64.
+	Universe int
+	// MaxHashesPerEvent bounds the blocks of one event. Default 8.
+	MaxHashesPerEvent int
+	// Start is the first record time. Default 2026-01-01 UTC.
+	Start time.Time
+}
+
+func (c *GenConfig) defaults() {
+	if c.Models <= 0 {
+		c.Models = 2
+	}
+	if c.Pods <= 0 {
+		c.Pods = 4
+	}
+	if c.Ranks <= 0 {
+		c.Ranks = 2
+	}
+	if c.Universe <= 0 {
+		c.Universe = 64
+	}
+	if c.MaxHashesPerEvent <= 0 {
+		c.MaxHashesPerEvent = 8
+	}
+	if c.Start.IsZero() {
+		c.Start = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	}
+}
+
+// genEngine is one simulated engine process behind one endpoint.
+type genEngine struct {
+	model, pod string
+	rank       int
+	useSeq     bool
+	seq        uint64
+	ts         float64
+	stored     []uint64
+	sent       []Record
+}
+
+// Generate returns a seeded random record stream exercising every rule of
+// docs/semantics.md: stores (chained prefixes, every tier, every hash
+// encoding, both event encodings), removals (of stored and unknown blocks),
+// clears, heartbeats, resyncs, goodbyes, replayed duplicates, engine
+// restarts, sequence gaps, endpoints that send no seq, and garbage (bad
+// bytes, truncated batches, bad headers, rank mismatches, unknown kinds,
+// unknown mediums, other KV-cache groups).
+func Generate(cfg GenConfig) []Record {
+	cfg.defaults()
+	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
+	models := make([]string, cfg.Models)
+	for i := range models {
+		models[i] = fmt.Sprintf("org-%d/model %d", i, i)
+	}
+	var engines []*genEngine
+	for p := 0; p < cfg.Pods; p++ {
+		pod := fmt.Sprintf("ns/vllm-%d@10.0.0.%d:8000", p, p)
+		for r := 0; r < cfg.Ranks; r++ {
+			engines = append(engines, &genEngine{
+				model:  models[p%cfg.Models],
+				pod:    pod,
+				rank:   r,
+				useSeq: p%3 != 2, // every third pod's producer sends no seq
+				ts:     1.7e9 + float64(p),
+			})
+		}
+	}
+	g := &generator{cfg: cfg, rng: rng, now: cfg.Start}
+	out := make([]Record, 0, cfg.Records)
+	for len(out) < cfg.Records {
+		g.now = g.now.Add(time.Duration(rng.IntN(20)+1) * time.Millisecond)
+		e := engines[rng.IntN(len(engines))]
+		out = append(out, g.next(e))
+	}
+	return out
+}
+
+type generator struct {
+	cfg GenConfig
+	rng *rand.Rand
+	now time.Time
+}
+
+func (g *generator) headers(e *genEngine) map[string]string {
+	return map[string]string{"model": e.model}
+}
+
+func (g *generator) next(e *genEngine) Record {
+	rng := g.rng
+	switch x := rng.IntN(1000); {
+	case x < 40 && len(e.sent) > 0: // replayed duplicate of a recent record
+		dup := e.sent[len(e.sent)-1-rng.IntN(min(len(e.sent), 5))]
+		dup.Time = g.now
+		return dup
+	case x < 70: // heartbeat
+		h := g.headers(e)
+		h["kind"] = "heartbeat"
+		h["dp_rank"] = strconv.Itoa(e.rank)
+		return Record{Key: e.pod, Headers: h, Time: g.now}
+	case x < 80: // resync
+		h := g.headers(e)
+		h["kind"] = "resync"
+		h["dp_rank"] = strconv.Itoa(e.rank)
+		return Record{Key: e.pod, Headers: h, Time: g.now}
+	case x < 88: // goodbye; the engine's next record starts a new process
+		h := g.headers(e)
+		h["kind"] = "goodbye"
+		h["dp_rank"] = strconv.Itoa(e.rank)
+		e.seq, e.stored, e.sent = 0, nil, nil
+		e.ts += 10
+		return Record{Key: e.pod, Headers: h, Time: g.now}
+	case x < 105: // engine restart: seq back to 0, newer ts, cache empty
+		e.seq, e.stored = 0, nil
+		e.ts += 10
+	case x < 120: // a gap nobody healed
+		e.seq += uint64(2 + rng.IntN(3))
+	case x < 150:
+		return g.garbage(e)
+	}
+	return g.batch(e)
+}
+
+// batch builds the engine's next batch record and advances its seq.
+func (g *generator) batch(e *genEngine) Record {
+	rng := g.rng
+	e.ts += 0.001 + rng.Float64()/100
+	n := 1 + rng.IntN(4)
+	arrays := rng.IntN(4) == 0
+	evs := make([]any, 0, n)
+	for range n {
+		evs = append(evs, g.event(e, arrays))
+	}
+	var rank any = e.rank
+	if e.rank == 0 && rng.IntN(2) == 0 {
+		rank = nil
+	}
+	var ts any = e.ts
+	if rng.IntN(8) == 0 {
+		ts = float32(e.ts)
+	}
+	h := g.headers(e)
+	if rng.IntN(3) == 0 {
+		h["dp_rank"] = strconv.Itoa(e.rank)
+	}
+	if e.useSeq {
+		h["seq"] = strconv.FormatUint(e.seq, 10)
+		e.seq++
+	}
+	r := Record{Key: e.pod, Headers: h, Value: mustMarshal([]any{ts, evs, rank}), Time: g.now}
+	e.sent = append(e.sent, r)
+	if len(e.sent) > 16 {
+		e.sent = e.sent[1:]
+	}
+	return r
+}
+
+var mediums = []any{nil, "GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "Disk", "DISK"}
+
+func (g *generator) hash(model string, i int) uint64 {
+	// Distinct per model, stable per (model, i), spread over 64 bits.
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], uint64(i)*0x9e3779b97f4a7c15+uint64(len(model))*0xbf58476d1ce4e5b9)
+	return binary.BigEndian.Uint64(b[:]) ^ uint64(model[len(model)-1])<<56
+}
+
+// wireHash encodes h in one of the three hash forms.
+func (g *generator) wireHash(h uint64) any {
+	switch g.rng.IntN(3) {
+	case 0:
+		return int64(h) // SGLang's signed form
+	case 1:
+		d := make([]byte, 32)
+		for i := range 24 {
+			d[i] = byte(g.rng.IntN(256))
+		}
+		binary.BigEndian.PutUint64(d[24:], h)
+		return d
+	}
+	return h
+}
+
+func (g *generator) event(e *genEngine, arrays bool) any {
+	rng := g.rng
+	medium := mediums[rng.IntN(len(mediums))]
+	switch x := rng.IntN(100); {
+	case x < 3:
+		if arrays {
+			return []any{"AllBlocksCleared"}
+		}
+		return map[string]any{"type": "AllBlocksCleared"}
+	case x < 35: // removal of stored blocks (or unknown ones)
+		k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
+		hs := make([]any, 0, k)
+		for range k {
+			var h uint64
+			if len(e.stored) > 0 && rng.IntN(5) > 0 {
+				h = e.stored[rng.IntN(len(e.stored))]
+			} else {
+				h = g.hash(e.model, rng.IntN(g.cfg.Universe))
+			}
+			hs = append(hs, g.wireHash(h))
+		}
+		if arrays {
+			return []any{"BlockRemoved", hs, medium}
+		}
+		return map[string]any{"type": "BlockRemoved", "block_hashes": hs, "medium": medium, "group_idx": 0}
+	case x < 37: // an event the decoder must skip alone
+		if rng.IntN(2) == 0 {
+			return map[string]any{"type": "BlockStored", "block_hashes": []any{g.hash(e.model, 0)}, "medium": "HBM"}
+		}
+		return map[string]any{"type": "BlockStored", "block_hashes": []any{g.hash(e.model, 1)}, "medium": "GPU", "group_idx": 1}
+	}
+	// A store of a chained run of blocks.
+	k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
+	start := rng.IntN(g.cfg.Universe)
+	hs := make([]any, 0, k)
+	for i := range k {
+		h := g.hash(e.model, (start+i)%g.cfg.Universe)
+		e.stored = append(e.stored, h)
+		hs = append(hs, g.wireHash(h))
+	}
+	var parent any
+	if start > 0 {
+		parent = g.wireHash(g.hash(e.model, start-1))
+	}
+	tokens := make([]int, 0, 4*k)
+	if medium == nil || medium == "GPU" {
+		for i := range 4 * k {
+			tokens = append(tokens, 1000+i)
+		}
+	}
+	bs := 4
+	if len(tokens) == 0 {
+		bs = 0 // offload placeholder
+	}
+	if arrays {
+		return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil}
+	}
+	return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": tokens, "block_size": bs, "lora_id": nil, "medium": medium, "lora_name": nil, "group_idx": 0}
+}
+
+// garbage returns a record the pipeline must skip whole.
+func (g *generator) garbage(e *genEngine) Record {
+	h := g.headers(e)
+	r := Record{Key: e.pod, Headers: h, Time: g.now}
+	switch g.rng.IntN(9) {
+	case 0:
+		r.Value = []byte("\x00not msgpack\xff")
+	case 1: // truncated batch
+		v := mustMarshal([]any{e.ts, []any{map[string]any{"type": "BlockStored", "block_hashes": []any{uint64(1), uint64(2)}}}, e.rank})
+		r.Value = v[:len(v)-3]
+	case 2:
+		delete(h, "model")
+		r.Value = mustMarshal([]any{e.ts, []any{}, e.rank})
+	case 3:
+		h["kind"] = "reboot"
+	case 4:
+		h["dp_rank"] = "01"
+		r.Value = mustMarshal([]any{e.ts, []any{}, e.rank})
+	case 5:
+		h["dp_rank"] = strconv.Itoa(e.rank + 1) // disagrees with the batch
+		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
+	case 6:
+		h["seq"] = "-3"
+		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
+	case 7:
+		r.Key = ""
+		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
+	default: // a batch record with no value
+	}
+	return r
+}
+
+// mustMarshal encodes v with sorted map keys, so a seed always yields the
+// same bytes (Go map order would not).
+func mustMarshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := msgpack.NewEncoder(&buf)
+	enc.SetSortMapKeys(true)
+	err := enc.Encode(v)
+	b := buf.Bytes()
+	if err != nil {
+		// Only plain values are marshalled here; failure is a bug in this
+		// generator, reported loudly in the test that called it.
+		return []byte{0xc1} // msgpack "never used" byte: decodes as malformed
+	}
+	return b
+}

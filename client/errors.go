@@ -42,6 +42,7 @@ type Error struct {
 	sentinel error
 }
 
+// Error renders "kvindex METHOD: CODE: message".
 func (e *Error) Error() string {
 	return fmt.Sprintf("kvindex %s: %s: %s", e.Method, e.Code, e.Message)
 }

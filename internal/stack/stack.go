@@ -184,7 +184,7 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	icfg.Topic = cfg.Topic
 	icfg.ID = "standalone"
 	icfg.Registry = s.registry
-	icfg.Logger = cfg.Logger.With("component", "ingester")
+	icfg.Logger = cfg.Logger // the ingester labels its own logs
 	if cfg.Ingester != nil {
 		cfg.Ingester(&icfg)
 	}

@@ -51,6 +51,10 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 	}
 	fs := cmd.Flags()
 	f.log.Register(fs)
+	// The addresses go to stdout; the components' own logs are for
+	// trouble, so the default shows warnings and errors only.
+	fs.Lookup("log-level").DefValue = "warn"
+	f.log.Level = "warn"
 	fs.StringVar(&f.dataDir, "data-dir", "./kvindex-data", "directory for etcd's data and the Kafka log (kept across restarts)")
 	fs.StringVar(&f.etcdAddr, "etcd-listen", stack.DefaultEtcdAddr, "etcd client host:port")
 	fs.StringVar(&f.kafkaAddr, "kafka-listen", stack.DefaultKafkaAddr, "Kafka broker host:port")

@@ -2,11 +2,8 @@ package indexd
 
 import (
 	"context"
-	"io"
 	"net"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -274,91 +271,3 @@ func sortedHashes(ref *refModel, model string) []uint64 {
 	slices.Sort(hs)
 	return slices.Compact(hs)
 }
-
-// proxy is a TCP proxy between indexd and etcd that a test can cut (a
-// network partition: every connection closes and new ones are refused)
-// and restore.
-type proxy struct {
-	l      net.Listener
-	mu     sync.Mutex
-	target string
-	down   bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
-}
-
-// startProxy listens on a free loopback port and forwards to target until
-// the test ends.
-func startProxy(t *testing.T, target string) *proxy {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
-	p.wg.Add(1)
-	go func() {
-		defer p.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			p.serve(c)
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-// endpoint is the proxy's address as an etcd client endpoint.
-func (p *proxy) endpoint() string { return "http://" + p.l.Addr().String() }
-
-func (p *proxy) serve(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.down {
-		c.Close()
-		return
-	}
-	up, err := net.Dial("tcp", p.target)
-	if err != nil {
-		c.Close()
-		return
-	}
-	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
-	for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			_, _ = io.Copy(pair[0], pair[1])
-			pair[0].Close()
-			pair[1].Close()
-		}()
-	}
-}
-
-// cut closes every proxied connection and refuses new ones.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down = true
-	for c := range p.conns {
-		c.Close()
-		delete(p.conns, c)
-	}
-}
-
-// restore accepts connections again, forwarding to target.
-func (p *proxy) restore(target string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.down, p.target = false, target
-}
-
-// hostPort strips the scheme of an etcd client URL.
-func hostPort(endpoint string) string { return strings.TrimPrefix(endpoint, "http://") }

@@ -186,20 +186,20 @@ func TestListWatchRandomStream(t *testing.T) {
 func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
 	addr := freeAddr(t)
 	e := testutil.StartEtcd(t, withClientAddr(addr))
-	px := startProxy(t, addr)
+	px := testutil.StartProxy(t, addr)
 	w := newWriter(t, ownClient(t, e.Endpoints))
 	s := newStream(t, w, 1)
-	r := startReplica(t, ownClient(t, []string{px.endpoint()}))
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}))
 	r.waitServing(t)
 	s.step(20)
 	s.check(r)
 
 	// etcd goes away (indexd's connection breaks first, as it would when
 	// the process dies), and comes back on the same data dir and address.
-	px.cut()
+	px.Cut()
 	e.Stop()
 	testutil.RestartEtcd(t, e.Dir, withClientAddr(addr))
-	px.restore(addr)
+	px.Restore(addr)
 	s.step(20) // the writer's client reconnects too
 	s.check(r)
 	if n := r.counter(t, r.srv.m.lists.WithLabelValues("start")); n != 1 {
@@ -213,16 +213,16 @@ func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
 
 func TestCompactionWhileDisconnectedForcesRelist(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	px := startProxy(t, hostPort(e.Endpoints[0]))
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
 	w := newWriter(t, e.Client)
 	s := newStream(t, w, 2)
-	r := startReplica(t, ownClient(t, []string{px.endpoint()}))
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}))
 	r.waitServing(t)
 	s.step(30)
 	s.check(r)
 
 	// Partition indexd from etcd, change and compact, then heal.
-	px.cut()
+	px.Cut()
 	for _, ep := range s.eps[:4] {
 		s.w.commit(s.w.drop(ep)) // deletes indexd must not keep as stale entries
 		for b := range s.ref.present {
@@ -241,7 +241,7 @@ func TestCompactionWhileDisconnectedForcesRelist(t *testing.T) {
 	if _, err := e.Client.Compact(ctx, resp.Header.Revision, clientv3.WithCompactPhysical()); err != nil {
 		t.Fatal(err)
 	}
-	px.restore(hostPort(e.Endpoints[0]))
+	px.Restore(testutil.HostPort(e.Endpoints[0]))
 
 	s.check(r) // the barrier waits for the re-list
 	if n := r.counter(t, r.srv.m.lists.WithLabelValues("compacted")); n != 1 {

@@ -1,0 +1,108 @@
+package testutil
+
+import (
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Proxy is a TCP proxy a test puts between a component and a server (etcd,
+// say) to cut the network between them and restore it: Cut closes every
+// proxied connection and refuses new ones, as a partition would.
+type Proxy struct {
+	l      net.Listener
+	mu     sync.Mutex
+	target string
+	down   bool
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
+}
+
+// StartProxy listens on a free loopback port and forwards every connection
+// to target (host:port) until the test ends.
+func StartProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{l: l, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			p.serve(c)
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		p.Cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.l.Addr().String() }
+
+// Endpoint is the proxy's address as an etcd client endpoint URL.
+func (p *Proxy) Endpoint() string { return "http://" + p.Addr() }
+
+func (p *Proxy) serve(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		c.Close()
+		return
+	}
+	up, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	p.conns[c], p.conns[up] = struct{}{}, struct{}{}
+	for _, pair := range [][2]net.Conn{{c, up}, {up, c}} {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_, _ = io.Copy(pair[0], pair[1])
+			pair[0].Close()
+			pair[1].Close()
+		}()
+	}
+}
+
+// Cut closes every proxied connection and refuses new ones.
+func (p *Proxy) Cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		c.Close()
+		delete(p.conns, c)
+	}
+}
+
+// Restore accepts connections again, forwarding to target (host:port; an
+// etcd endpoint URL's scheme is stripped), which may differ from before (a
+// restarted server on new ports).
+func (p *Proxy) Restore(target string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down, p.target = false, HostPort(target)
+}
+
+// HostPort strips the scheme of an endpoint URL ("http://h:p" → "h:p").
+func HostPort(endpoint string) string {
+	_, rest, found := strings.Cut(endpoint, "://")
+	if !found {
+		return endpoint
+	}
+	return rest
+}

@@ -173,6 +173,11 @@ func (in *Ingester) poll(ctx context.Context) {
 				in.outOfRange(ctx, p)
 				return
 			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				// A configuration error no retry fixes.
+				in.fail(fmt.Errorf("ingester: joining group %s: %w (SessionTimeout %v is outside what the brokers allow)", in.cfg.Group, err, in.cfg.SessionTimeout))
+				return
+			}
 			if !errors.Is(err, context.Canceled) {
 				in.log.Warn("fetch error", "partition", p, "err", err)
 			}

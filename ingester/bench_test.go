@@ -120,13 +120,15 @@ func BenchmarkIngest(b *testing.B) {
 		ingestTime += done.Sub(first)
 		wallTime += done.Sub(began)
 	}
-	ingestRate := float64(ingestOps) / ingestTime.Seconds()
+	ingestRate := float64(ingestOps) / wallTime.Seconds()
 	refRate := float64(refOps) / refTime.Seconds()
+	// Ingest is timed from Run's start (group join and first fetch
+	// included) to the moment every stored offset is past the produced
+	// records; "steady" from its first transaction to the same moment.
 	b.ReportMetric(ingestRate, "ingest-block-ops/s")
+	b.ReportMetric(float64(ingestOps)/ingestTime.Seconds(), "ingest-steady-block-ops/s")
 	b.ReportMetric(refRate, "raw-etcd-block-ops/s")
 	b.ReportMetric(ingestRate/refRate, "ratio")
-	// The same, timed from Run's start: group join and first fetch included.
-	b.ReportMetric(float64(ingestOps)/wallTime.Seconds(), "ingest-from-start-block-ops/s")
 	b.ReportMetric(0, "ns/op")
 }
 

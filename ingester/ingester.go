@@ -51,7 +51,8 @@ type partition struct {
 	w      *worker
 	from   int64      // the offset fetching starts at
 	in     chan input // sent to by the poll loop only; never closed
-	drain  chan struct{}
+	drain  chan struct{} // closed (once, by stop) to ask for a graceful stop
+	once   sync.Once
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the worker returned
 	err    error         // the worker's result, set before done closes
@@ -338,7 +339,7 @@ func (in *Ingester) stop(ps []int32, graceful bool) {
 	in.mu.Unlock()
 	for _, part := range parts {
 		if graceful {
-			close(part.drain)
+			part.once.Do(func() { close(part.drain) })
 		} else {
 			part.cancel()
 		}

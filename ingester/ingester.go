@@ -49,8 +49,8 @@ type Ingester struct {
 // partition is a running worker and the handles to stop it.
 type partition struct {
 	w      *worker
-	from   int64      // the offset fetching starts at
-	in     chan input // sent to by the poll loop only; never closed
+	from   int64         // the offset fetching starts at
+	in     chan input    // sent to by the poll loop only; never closed
 	drain  chan struct{} // closed (once, by stop) to ask for a graceful stop
 	once   sync.Once
 	cancel context.CancelFunc

@@ -98,3 +98,37 @@ func TestOffsetOutOfRange(t *testing.T) {
 		}
 	})
 }
+
+// TestOffsetOutOfRangeWhileConsuming: retention passing the fetch position
+// of a running ingester (OffsetOutOfRange while consuming) drops the
+// partition's endpoints and restarts at the new log start.
+func TestOffsetOutOfRangeWhileConsuming(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const topic = "retention"
+	e := newEnv(t, 1, []string{topic})
+	cfg := e.config(t, topic, "g-retention", "/kvindex/retention/")
+	r := start(t, cfg)
+	now := time.Now()
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "a", now, 1)}))
+
+	// Stop fetching, let records arrive and retention delete them all,
+	// then fetch again from the old position.
+	r.in.cl.PauseFetchPartitions(map[string][]int32{topic: {0}})
+	end := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "a", now, 2), store(t, "b", now, 3)})
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: end[0] + 1})
+	if resp, err := kadm.NewClient(e.prod).DeleteRecords(ctx, offs); err != nil || resp.Error() != nil {
+		t.Fatalf("deleting records: %v %v", err, resp.Error())
+	}
+	r.in.cl.ResumeFetchPartitions(map[string][]int32{topic: {0}})
+	end = ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "b", now, 4)})
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, end)
+	if diff := cmp.Diff(map[string][]uint64{"b": {4}}, podHashes(t, ctx, e, cfg.Keyspace)); diff != "" {
+		t.Errorf("after the reset (-want +got):\n%s", diff)
+	}
+	if n := promtest.ToFloat64(r.in.m.offsetResets); n != 1 {
+		t.Errorf("offset resets = %v, want 1", n)
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
 )
 
@@ -31,7 +32,7 @@ Start everything in one process with 'kvindex standalone'.`,
 }
 
 // subcommands lists the constructors of every subcommand, in help order.
-var subcommands = []func() *cobra.Command{ingestercmd.NewCommand}
+var subcommands = []func() *cobra.Command{ingestercmd.NewCommand, bridgecmd.NewCommand}
 
 // ExitError carries a process exit code through cobra (for example 1 when a
 // replayed scenario's expectation fails, 2 for bad usage).

@@ -6,12 +6,14 @@ package common
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
 	"time"
 
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -52,6 +54,11 @@ type Etcd struct {
 	Endpoints   []string
 	Prefix      string
 	DialTimeout time.Duration
+	// CACert, Cert and Key are PEM files for TLS to etcd, named as
+	// etcdctl's --cacert, --cert and --key: CACert alone verifies the
+	// server; Cert and Key add a client certificate. All empty means
+	// plaintext (an https endpoint then verifies against the system roots).
+	CACert, Cert, Key string
 }
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
@@ -59,6 +66,26 @@ func (e *Etcd) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
 	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "how long to wait for the first etcd connection")
+	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
+	fs.StringVar(&e.Cert, "etcd-cert", "", "PEM client certificate for etcd (needs --etcd-key)")
+	fs.StringVar(&e.Key, "etcd-key", "", "PEM client key for etcd (needs --etcd-cert)")
+}
+
+// tlsConfig builds the client TLS config the flags describe, or nil for
+// plaintext.
+func (e *Etcd) tlsConfig() (*tls.Config, error) {
+	if e.CACert == "" && e.Cert == "" && e.Key == "" {
+		return nil, nil
+	}
+	if (e.Cert == "") != (e.Key == "") {
+		return nil, fmt.Errorf("--etcd-cert and --etcd-key go together")
+	}
+	info := transport.TLSInfo{TrustedCAFile: e.CACert, CertFile: e.Cert, KeyFile: e.Key}
+	cfg, err := info.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("etcd TLS (--etcd-cacert, --etcd-cert, --etcd-key): %w", err)
+	}
+	return cfg, nil
 }
 
 // Keyspace returns the keyspace under --etcd-prefix.
@@ -66,7 +93,12 @@ func (e *Etcd) Keyspace() (keyspace.Keyspace, error) { return keyspace.New(e.Pre
 
 // Client dials etcd. The caller closes the client.
 func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, error) {
+	tlsCfg, err := e.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(clientv3.Config{
+		TLS:                  tlsCfg,
 		Endpoints:            e.Endpoints,
 		DialTimeout:          e.DialTimeout,
 		DialKeepAliveTime:    10 * time.Second,

@@ -1,0 +1,406 @@
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kvindex/kvindex/internal/logging"
+)
+
+// Bridge forwards one engine endpoint's KV-event batches from its ZMQ PUB
+// socket to Kafka. Create it with New and call Run once.
+//
+// Goroutines, all started and waited for by Run: the SUB reader (dials the
+// engine, reads its PUB socket, reconnects), the sequencer (Run's own
+// goroutine: orders batches, heals gaps from the replay socket, sends
+// heartbeats) and the producer (hands records to the Kafka client). Two
+// bounded channels join them: in (reader → sequencer, closed by the
+// reader) and out (sequencer → producer, closed by the sequencer).
+//
+// Shutdown order, when Run's context ends: the reader closes its
+// connection and in; the sequencer produces what it had received that
+// continues the stream and closes out; the producer finishes; the Kafka
+// client flushes (bounded by FlushTimeout); then Run probes the engine for
+// GracePeriod and produces a goodbye only if the engine went away; then
+// it closes the Kafka client and returns.
+type Bridge struct {
+	cfg   Config
+	log   *slog.Logger
+	clock clockwork.Clock
+	m     *metrics
+
+	addr       string // host:port of the PUB socket
+	replayAddr string // host:port of the replay socket, "" for none
+	key        []byte
+	model      []byte
+	rank       []byte
+
+	started   atomic.Bool
+	connected atomic.Bool // the PUB socket is connected
+	caughtUp  atomic.Bool // the catch-up after the latest connection is done
+	client    atomic.Pointer[kgo.Client]
+	queues    atomic.Pointer[queues]
+
+	fatalMu sync.Mutex
+	fatal   error
+
+	// subMu guards sub, the current PUB connection, so the sequencer can
+	// force a reconnection (dropSub).
+	subMu sync.Mutex
+	sub   *zconn
+}
+
+// queues are Run's two channels, kept for the queue-depth gauge.
+type queues struct {
+	in  chan inEvent
+	out chan *kgo.Record
+}
+
+// New validates cfg and registers the bridge's metrics. It does no I/O.
+func New(cfg Config) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	b := &Bridge{
+		cfg:   cfg,
+		log:   cfg.Logger,
+		clock: cfg.Clock,
+		key:   []byte(cfg.Pod),
+		model: []byte(cfg.Model),
+		rank:  []byte(strconv.FormatUint(uint64(cfg.DPRank), 10)),
+	}
+	if b.log == nil {
+		b.log = logging.Discard()
+	}
+	b.log = b.log.With("pod", cfg.Pod, "dp_rank", cfg.DPRank)
+	if b.clock == nil {
+		b.clock = clockwork.NewRealClock()
+	}
+	b.addr, _ = dialAddr(cfg.Endpoint)
+	if cfg.ReplayEndpoint != "" {
+		b.replayAddr, _ = dialAddr(cfg.ReplayEndpoint)
+	}
+	var err error
+	b.m, err = newMetrics(cfg.Registerer,
+		func() float64 {
+			if cl := b.client.Load(); cl != nil {
+				return float64(cl.BufferedProduceRecords())
+			}
+			return 0
+		},
+		func() float64 {
+			if cl := b.client.Load(); cl != nil {
+				return float64(cl.BufferedProduceBytes())
+			}
+			return 0
+		},
+		func() float64 {
+			if q := b.queues.Load(); q != nil {
+				return float64(len(q.in) + len(q.out))
+			}
+			return 0
+		},
+	)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: registering metrics: %w", err)
+	}
+	return b, nil
+}
+
+// Ready reports whether the bridge is forwarding: nil while the engine's
+// PUB socket is connected and the catch-up after connecting is done; an
+// error wrapping ErrNotReady otherwise, or the fatal produce error.
+func (b *Bridge) Ready() error {
+	if err := b.fatalErr(); err != nil {
+		return err
+	}
+	switch {
+	case !b.connected.Load():
+		return fmt.Errorf("%w: engine PUB socket %s not connected", ErrNotReady, b.cfg.Endpoint)
+	case !b.caughtUp.Load():
+		return fmt.Errorf("%w: catching up from the replay socket", ErrNotReady)
+	}
+	return nil
+}
+
+// Run forwards batches until ctx ends, then shuts down in the order the
+// type's doc gives. It returns nil after a clean shutdown; an error
+// wrapping ErrProduce when Kafka refused a record for good (Run stops at
+// once then, without a goodbye); or the error of the final flush or
+// goodbye. Run may be called once.
+func (b *Bridge) Run(ctx context.Context) error {
+	if !b.started.CompareAndSwap(false, true) {
+		return ErrAlreadyRun
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(b.cfg.Brokers...),
+		kgo.DefaultProduceTopic(b.cfg.Topic),
+		kgo.ClientID("kvindex-bridge"),
+		// acks=all with the idempotent producer (franz-go's default): no
+		// duplicates or reordering from retries, records retried without
+		// limit while the bridge lives. The default partitioner hashes the
+		// key, so one pod's records stay in one partition, in order.
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.MaxBufferedRecords(b.cfg.MaxBufferedRecords),
+		kgo.MaxBufferedBytes(b.cfg.MaxBufferedBytes),
+		kgo.ProducerBatchMaxBytes(int32(b.cfg.MaxRecordBytes + recordOverhead)),
+		kgo.WithLogger(logging.Kgo(b.log.With("component", "kafka-producer"))),
+	}, b.cfg.KafkaOptions...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("bridge: Kafka client: %w", err)
+	}
+	b.client.Store(cl)
+	defer cl.Close()
+
+	runCtx, cancelRun := context.WithCancel(ctx)
+	defer cancelRun()
+	// Records live in the Kafka client under prodCtx, which SIGTERM does
+	// not cancel: only a shutdown flush that runs out of time does.
+	prodCtx, cancelProd := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelProd()
+
+	q := &queues{in: make(chan inEvent, b.cfg.QueueSize), out: make(chan *kgo.Record, b.cfg.QueueSize)}
+	b.queues.Store(q)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b.readLoop(runCtx, q.in)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b.produceLoop(prodCtx, cl, q.out, cancelRun)
+	}()
+
+	s := &sequencer{b: b, out: q.out}
+	b.log.Info("bridge started", "endpoint", b.cfg.Endpoint, "replay_endpoint", b.cfg.ReplayEndpoint, "topic", b.cfg.Topic, "model", b.cfg.Model)
+	s.run(runCtx, q.in)
+
+	// Shutdown.
+	b.connected.Store(false)
+	b.m.connected.Set(0)
+	flushCtx, cancelFlush := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
+	defer cancelFlush()
+	stopProd := context.AfterFunc(flushCtx, cancelProd)
+	if b.fatalErr() == nil {
+		s.drain(flushCtx, q.in)
+	} else {
+		for range q.in {
+		}
+	}
+	close(q.out)
+	wg.Wait()
+	flushErr := cl.Flush(flushCtx)
+	stopProd()
+	if err := b.fatalErr(); err != nil {
+		return err
+	}
+	if flushErr != nil {
+		b.log.Warn("flush at shutdown did not finish", "err", flushErr, "unsent", cl.BufferedProduceRecords())
+	}
+	if b.cfg.GracePeriod == 0 {
+		return flushErr
+	}
+	if !b.engineGone(context.WithoutCancel(ctx)) {
+		b.m.shutdowns.WithLabelValues(outcomeNoGoodbyeStillThere).Inc()
+		b.log.Info("engine still there after the grace period: sidecar-only restart, no goodbye", "grace_period", b.cfg.GracePeriod)
+		return flushErr
+	}
+	b.m.shutdowns.WithLabelValues(outcomeGoodbyeEngineGone).Inc()
+	b.log.Info("engine gone, producing goodbye")
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
+	defer cancel()
+	start := time.Now()
+	if err := cl.ProduceSync(gctx, b.controlRecord(KindGoodbye)).FirstErr(); err != nil {
+		b.m.lost.WithLabelValues(lostShutdown).Inc()
+		return fmt.Errorf("%w: goodbye: %v", ErrProduce, err)
+	}
+	b.m.produceSeconds.Observe(time.Since(start).Seconds())
+	b.m.produced.WithLabelValues(KindGoodbye).Inc()
+	return flushErr
+}
+
+// produceLoop hands every record of out to the Kafka client in order.
+// Produce blocks while the client's buffer is full: that is the bridge's
+// backpressure. A record Kafka refuses for good cancels the run.
+func (b *Bridge) produceLoop(ctx context.Context, cl *kgo.Client, out <-chan *kgo.Record, cancelRun context.CancelFunc) {
+	for r := range out {
+		kind := recordKind(r)
+		start := time.Now()
+		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+			if err == nil {
+				b.m.produceSeconds.Observe(time.Since(start).Seconds())
+				b.m.produced.WithLabelValues(kind).Inc()
+				return
+			}
+			if ctx.Err() != nil {
+				b.m.lost.WithLabelValues(lostShutdown).Inc()
+				return
+			}
+			b.setFatal(fmt.Errorf("%w: %s record for topic %s: %v", ErrProduce, kind, r.Topic, err))
+			cancelRun()
+		})
+	}
+}
+
+func (b *Bridge) setFatal(err error) {
+	b.fatalMu.Lock()
+	defer b.fatalMu.Unlock()
+	if b.fatal == nil {
+		b.fatal = err
+		b.log.Error("produce failed for good, stopping", "err", err)
+	}
+}
+
+func (b *Bridge) fatalErr() error {
+	b.fatalMu.Lock()
+	defer b.fatalMu.Unlock()
+	return b.fatal
+}
+
+// readLoop owns the PUB connection: dial with backoff, subscribe, read
+// until the connection fails, report each step on in, redial. It closes
+// in when ctx ends.
+func (b *Bridge) readLoop(ctx context.Context, in chan<- inEvent) {
+	defer close(in)
+	backoff := b.cfg.ReconnectBackoff
+	failures := 0
+	for ctx.Err() == nil {
+		c, err := dialZMTP(ctx, b.addr, zmq4.Sub, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
+		if err == nil {
+			if err = c.zc.SendMsg(zmq4.NewMsg(append([]byte{1}, b.cfg.ZMQTopic...))); err != nil {
+				c.close()
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			level := slog.LevelDebug
+			if failures == 1 || failures%50 == 0 {
+				level = slog.LevelWarn
+			}
+			b.log.Log(ctx, level, "engine PUB socket unreachable, retrying", "endpoint", b.cfg.Endpoint, "attempts", failures, "err", err)
+			if !b.sleep(ctx, backoff) {
+				return
+			}
+			backoff = min(2*backoff, b.cfg.MaxReconnectBackoff)
+			continue
+		}
+		failures, backoff = 0, b.cfg.ReconnectBackoff
+		b.log.Info("engine PUB socket connected", "endpoint", b.cfg.Endpoint)
+		b.subMu.Lock()
+		b.sub = c
+		b.subMu.Unlock()
+		err = nil
+		if send(ctx, in, inEvent{kind: evConnected}) {
+			err = b.recvLoop(ctx, c, in)
+		}
+		b.subMu.Lock()
+		b.sub = nil
+		b.subMu.Unlock()
+		c.close()
+		if ctx.Err() != nil || !send(ctx, in, inEvent{kind: evDisconnected, err: err}) {
+			return
+		}
+		b.log.Warn("engine PUB socket disconnected", "endpoint", b.cfg.Endpoint, "err", err)
+		if !b.sleep(ctx, backoff) {
+			return
+		}
+	}
+}
+
+// recvLoop reads PUB messages [topic, seq, payload] until the connection
+// fails or ctx ends (which closes it).
+func (b *Bridge) recvLoop(ctx context.Context, c *zconn, in chan<- inEvent) error {
+	stop := context.AfterFunc(ctx, c.close)
+	defer stop()
+	for {
+		m, err := c.recv()
+		if err != nil {
+			if errors.Is(err, ErrMessageTooLarge) {
+				b.m.skipped.WithLabelValues(skipTooLarge).Inc()
+				b.log.Warn("engine message over the size limit, dropping the connection", "err", err)
+			}
+			return err
+		}
+		f := m.Frames
+		if len(f) != 3 || len(f[1]) != 8 {
+			b.m.skipped.WithLabelValues(skipBadFrames).Inc()
+			b.log.Warn("engine message skipped: want frames [topic, seq(8 bytes), payload]", "frames", len(f))
+			continue
+		}
+		if !send(ctx, in, inEvent{kind: evMessage, seq: binary.BigEndian.Uint64(f[1]), payload: f[2]}) {
+			return ctx.Err()
+		}
+	}
+}
+
+// dropSub closes the current PUB connection so the reader reconnects.
+func (b *Bridge) dropSub() {
+	b.subMu.Lock()
+	defer b.subMu.Unlock()
+	if b.sub != nil {
+		b.sub.close()
+	}
+}
+
+// engineGone probes the engine every ProbeInterval for GracePeriod and
+// reports whether ProbeFailures probes in a row failed.
+func (b *Bridge) engineGone(ctx context.Context) bool {
+	deadline := b.clock.NewTimer(b.cfg.GracePeriod)
+	defer deadline.Stop()
+	failures := 0
+	for {
+		pctx, cancel := context.WithTimeout(ctx, b.cfg.ProbeInterval)
+		err := b.probe(pctx)
+		cancel()
+		if err == nil {
+			failures = 0
+		} else if failures++; failures >= b.cfg.ProbeFailures {
+			b.log.Info("engine probe failed", "attempts", failures, "err", err)
+			return true
+		}
+		select {
+		case <-deadline.Chan():
+			return false
+		case <-b.clock.After(b.cfg.ProbeInterval):
+		}
+	}
+}
+
+// sleep waits d on the bridge's clock; false when ctx ended first.
+func (b *Bridge) sleep(ctx context.Context, d time.Duration) bool {
+	t := b.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.Chan():
+		return true
+	}
+}
+
+// send delivers ev unless ctx ends first.
+func send(ctx context.Context, in chan<- inEvent, ev inEvent) bool {
+	select {
+	case in <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

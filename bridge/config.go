@@ -1,0 +1,263 @@
+package bridge
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// Config configures a Bridge. Start from DefaultConfig and set Endpoint,
+// Pod, Model, Brokers and Topic.
+type Config struct {
+	// Endpoint is the engine's ZMQ PUB socket, "tcp://HOST:PORT", dialed
+	// as given (see OffsetEndpointPort for vLLM's data-parallel port
+	// offset). Required; HOST must name a host ("*" is a bind address).
+	Endpoint string
+	// ReplayEndpoint is the engine's ROUTER replay socket,
+	// "tcp://HOST:PORT". Default "": none, so gaps and reconnects cannot be
+	// healed and produce a resync instead.
+	ReplayEndpoint string
+	// ZMQTopic is the subscription prefix. Default "" (every topic; vLLM's
+	// default topic is "").
+	ZMQTopic string
+
+	// Pod is the record key: the pod identity routers use for the endpoint.
+	// Required: non-empty UTF-8, at most 512 bytes.
+	Pod string
+	// Model is the served model name (header "model"). Required, same
+	// rules as Pod.
+	Model string
+	// DPRank is the endpoint's data-parallel rank (header "dp_rank").
+	// Default 0.
+	DPRank uint32
+
+	// Brokers are the Kafka seed brokers, host:port. Required.
+	Brokers []string
+	// Topic is the Kafka topic. Required; the CLI defaults it to
+	// kvindex-events.
+	Topic string
+	// MaxBufferedRecords bounds the records the Kafka client holds
+	// unacknowledged; a full buffer blocks the bridge (backpressure) until
+	// Kafka acknowledges. Default 10,000; must be at least 1.
+	MaxBufferedRecords int
+	// MaxBufferedBytes bounds the bytes the Kafka client holds
+	// unacknowledged, like MaxBufferedRecords. Default 64 MiB (a sidecar's
+	// memory limit is small); must be at least MaxRecordBytes.
+	MaxBufferedBytes int
+	// MaxRecordBytes is the largest batch payload produced; a larger batch
+	// is skipped, counted, logged and followed by a resync record, since
+	// the ingester must not assume continuity across it. The producer's
+	// batch limit is MaxRecordBytes + 2 KiB (key, headers, framing), which
+	// the topic's max.message.bytes must allow. Default 1,000,000 (Kafka's
+	// default max.message.bytes is 1,048,588); 1 to 512 MiB.
+	MaxRecordBytes int
+	// KafkaOptions are extra franz-go client options (TLS, SASL, tuning),
+	// applied after the bridge's own. Default none. Options that change
+	// acks, idempotence or the partitioner break the record contract.
+	KafkaOptions []kgo.Opt
+
+	// QueueSize is the capacity of each of the two channels inside the
+	// bridge: ZMQ messages from the SUB reader to the sequencer, and
+	// records from the sequencer to the producer. Default 256; must be at
+	// least 1. Memory is bounded by 2 × QueueSize messages (of at most
+	// MaxMessageBytes, in practice the engine's batch size) plus
+	// MaxBufferedBytes.
+	QueueSize int
+	// MaxMessageBytes bounds one ZMQ message (all frames) read from the
+	// engine; a larger one drops the connection before it is read
+	// (counted, then healed or resynced like any loss). Messages between
+	// MaxRecordBytes and it are read, skipped and resynced without losing
+	// the connection. Default 16 MiB; must be at least MaxRecordBytes.
+	MaxMessageBytes int
+
+	// HeartbeatInterval is the period of kind=heartbeat records while the
+	// engine's PUB socket is connected. Default 5 s; must be positive and
+	// well below the ingester's --liveness-window.
+	HeartbeatInterval time.Duration
+	// GracePeriod is how long Run watches the engine after its context
+	// ends: if the engine goes away within it, Run produces kind=goodbye;
+	// if it is still there, this is a sidecar-only restart and Run exits
+	// without one. Default 10 s; 0 skips watching (never a goodbye).
+	GracePeriod time.Duration
+	// ProbeInterval is the period of engine probes during GracePeriod, and
+	// each probe's timeout. Default 500 ms; must be positive.
+	ProbeInterval time.Duration
+	// ProbeFailures is how many consecutive failed probes mean the engine
+	// is gone. Default 2; must be at least 1.
+	ProbeFailures int
+	// FlushTimeout bounds each flush of the Kafka client on shutdown (the
+	// batches already received, then the goodbye). Records still unsent
+	// after it are counted as lost. Default 5 s; must be positive.
+	FlushTimeout time.Duration
+	// DialTimeout bounds a TCP dial plus ZMTP handshake with the engine.
+	// Default 5 s; must be positive.
+	DialTimeout time.Duration
+	// ReplayTimeout is how long to wait for each message of a replay
+	// answer. Default 5 s; must be positive.
+	ReplayTimeout time.Duration
+	// ReplayAttempts is how many replay requests in a row may make no
+	// progress before the bridge gives up healing and produces a resync.
+	// Default 3; must be at least 1.
+	ReplayAttempts int
+	// ReconnectBackoff is the first wait before redialing the engine (and
+	// between replay attempts); it doubles up to MaxReconnectBackoff.
+	// Default 100 ms; must be positive.
+	ReconnectBackoff time.Duration
+	// MaxReconnectBackoff caps ReconnectBackoff's doubling. Default 5 s;
+	// must be at least ReconnectBackoff.
+	MaxReconnectBackoff time.Duration
+
+	// Logger receives the bridge's logs; nil discards them.
+	Logger *slog.Logger
+	// Registerer receives the bridge's metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// Clock drives heartbeats, the grace period, probes and backoffs. Nil
+	// means the real clock (tests inject a fake one).
+	Clock clockwork.Clock
+}
+
+// maxRecordBytesLimit bounds MaxRecordBytes, keeping the producer's batch
+// limit well inside franz-go's 1 GiB.
+const maxRecordBytesLimit = 512 << 20
+
+// recordOverhead is what a record adds to its payload in a Kafka batch at
+// most: a key and model of up to 512 bytes each, the other headers and the
+// record and batch framing.
+const recordOverhead = 2 << 10
+
+// DefaultConfig returns the defaults documented on Config's fields; the
+// required fields are left empty.
+func DefaultConfig() Config {
+	return Config{
+		MaxBufferedRecords:  10000,
+		MaxBufferedBytes:    64 << 20,
+		MaxRecordBytes:      1000000,
+		QueueSize:           256,
+		MaxMessageBytes:     16 << 20,
+		HeartbeatInterval:   5 * time.Second,
+		GracePeriod:         10 * time.Second,
+		ProbeInterval:       500 * time.Millisecond,
+		ProbeFailures:       2,
+		FlushTimeout:        5 * time.Second,
+		DialTimeout:         5 * time.Second,
+		ReplayTimeout:       5 * time.Second,
+		ReplayAttempts:      3,
+		ReconnectBackoff:    100 * time.Millisecond,
+		MaxReconnectBackoff: 5 * time.Second,
+	}
+}
+
+// Validate reports the first invalid field, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	if _, err := dialAddr(c.Endpoint); err != nil {
+		return bad("Endpoint: %v", err)
+	}
+	if c.ReplayEndpoint != "" {
+		if _, err := dialAddr(c.ReplayEndpoint); err != nil {
+			return bad("ReplayEndpoint: %v", err)
+		}
+	}
+	if err := keyspace.ValidateName("pod", c.Pod); err != nil {
+		return bad("Pod: %v", err)
+	}
+	if err := keyspace.ValidateName("model", c.Model); err != nil {
+		return bad("Model: %v", err)
+	}
+	if len(c.Brokers) == 0 {
+		return bad("Brokers: none given")
+	}
+	if c.Topic == "" {
+		return bad("Topic: empty")
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxBufferedRecords", c.MaxBufferedRecords}, {"MaxRecordBytes", c.MaxRecordBytes},
+		{"QueueSize", c.QueueSize}, {"ProbeFailures", c.ProbeFailures}, {"ReplayAttempts", c.ReplayAttempts},
+	} {
+		if p.v < 1 {
+			return bad("%s %d: want at least 1", p.name, p.v)
+		}
+	}
+	if c.MaxRecordBytes > maxRecordBytesLimit {
+		return bad("MaxRecordBytes %d: want at most %d", c.MaxRecordBytes, maxRecordBytesLimit)
+	}
+	if c.MaxBufferedBytes < c.MaxRecordBytes {
+		return bad("MaxBufferedBytes %d: want at least MaxRecordBytes (%d)", c.MaxBufferedBytes, c.MaxRecordBytes)
+	}
+	if c.MaxMessageBytes < c.MaxRecordBytes {
+		return bad("MaxMessageBytes %d: want at least MaxRecordBytes (%d)", c.MaxMessageBytes, c.MaxRecordBytes)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"HeartbeatInterval", c.HeartbeatInterval}, {"ProbeInterval", c.ProbeInterval},
+		{"FlushTimeout", c.FlushTimeout}, {"DialTimeout", c.DialTimeout}, {"ReplayTimeout", c.ReplayTimeout},
+		{"ReconnectBackoff", c.ReconnectBackoff},
+	} {
+		if d.v <= 0 {
+			return bad("%s %v: want a positive duration", d.name, d.v)
+		}
+	}
+	if c.GracePeriod < 0 {
+		return bad("GracePeriod %v: want zero or positive", c.GracePeriod)
+	}
+	if c.MaxReconnectBackoff < c.ReconnectBackoff {
+		return bad("MaxReconnectBackoff %v: want at least ReconnectBackoff (%v)", c.MaxReconnectBackoff, c.ReconnectBackoff)
+	}
+	return nil
+}
+
+// dialAddr turns a ZMQ endpoint the bridge dials, "tcp://HOST:PORT", into
+// the host:port to dial.
+func dialAddr(endpoint string) (string, error) {
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return "", fmt.Errorf("%q: want tcp://HOST:PORT", endpoint)
+	}
+	host, port, err := net.SplitHostPort(rest)
+	if err != nil {
+		return "", fmt.Errorf("%q: %v", endpoint, err)
+	}
+	if host == "" || host == "*" {
+		return "", fmt.Errorf("%q: name the engine's host (%q is a bind address)", endpoint, host)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return "", fmt.Errorf("%q: port %q is not in 1-65535", endpoint, port)
+	}
+	return rest, nil
+}
+
+// OffsetEndpointPort applies vLLM's data-parallel port rule to a tcp
+// endpoint: the engine of rank r binds the configured port + r (vLLM's
+// ZmqEventPublisher.offset_endpoint_port), so a sidecar given the engine's
+// configured endpoints and its rank dials the right sockets. An empty
+// endpoint stays empty.
+func OffsetEndpointPort(endpoint string, rank uint32) (string, error) {
+	if endpoint == "" || rank == 0 {
+		return endpoint, nil
+	}
+	if _, err := dialAddr(endpoint); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	i := strings.LastIndexByte(endpoint, ':')
+	port, _ := strconv.ParseUint(endpoint[i+1:], 10, 16)
+	if port+uint64(rank) > 65535 {
+		return "", fmt.Errorf("%w: %q offset by rank %d is past port 65535", ErrInvalidConfig, endpoint, rank)
+	}
+	return endpoint[:i+1] + strconv.FormatUint(port+uint64(rank), 10), nil
+}

@@ -1,0 +1,141 @@
+package bridge
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of the bridge's metrics.
+const (
+	sourceLive   = "live"
+	sourceReplay = "replay"
+
+	// resync reasons
+	reasonUnhealedGap          = "unhealed_gap"           // a live gap the replay could not cover
+	reasonNoReplay             = "no_replay_socket"       // a live gap without a replay socket
+	reasonReconnectNoReplay    = "reconnect_no_replay"    // reconnected without a replay socket
+	reasonReplayFailed         = "replay_failed"          // reconnected and the replay failed
+	reasonReplayOverrun        = "replay_overrun"         // the engine's buffer no longer holds what is missing
+	reasonRecordTooLarge       = "record_too_large"       // a batch over MaxRecordBytes was skipped
+	skipBadFrames              = "bad_frames"             // a PUB message that is not [topic, seq(8), payload]
+	skipTooLarge               = "message_too_large"      // a ZMQ message over MaxMessageBytes
+	skipRecordTooLarge         = "record_too_large"       // a batch over MaxRecordBytes
+	skipStale                  = "stale_connection"       // live messages of a connection to a replaced engine
+	replayOutcomeComplete      = "complete"               // read to the end marker
+	replayOutcomeRestart       = "engine_restarted"       // the engine is a new process
+	replayOutcomeHole          = "hole"                   // the answer skipped sequence numbers
+	replayOutcomeError         = "error"                  // dial, timeout or malformed answer
+	lostShutdown               = "shutdown_flush_timeout" // unsent when the shutdown flush gave up
+	outcomeGoodbyeEngineGone   = "engine_gone"
+	outcomeNoGoodbyeStillThere = "engine_still_there"
+)
+
+// metrics are the bridge's Prometheus metrics (subsystem "bridge").
+type metrics struct {
+	received       *prometheus.CounterVec // batches in, by source
+	duplicates     *prometheus.CounterVec // batches in that were already produced, by source
+	produced       *prometheus.CounterVec // records acknowledged by Kafka, by kind (batch, heartbeat, ...)
+	replayed       prometheus.Counter     // batches produced from a replay answer
+	gaps           prometheus.Counter     // live sequence gaps seen
+	resyncs        *prometheus.CounterVec // resync records, by reason
+	skipped        *prometheus.CounterVec // engine messages not produced, by reason
+	replays        *prometheus.CounterVec // replay requests, by outcome
+	engineRestarts prometheus.Counter     // new engine processes detected
+	connects       prometheus.Counter     // successful connections to the PUB socket
+	connected      prometheus.Gauge       // 1 while the PUB socket is connected
+	lost           *prometheus.CounterVec // records given up on, by reason
+	produceSeconds prometheus.Histogram   // Produce call to Kafka acknowledgement
+	shutdowns      *prometheus.CounterVec // shutdowns, by outcome
+	rankMismatches prometheus.Counter     // checked batches whose rank differs from DPRank
+}
+
+func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queued func() float64) (*metrics, error) {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_batches_received_total",
+			Help: "Engine batches received, by source (live PUB socket or replay).",
+		}, []string{"source"}),
+		duplicates: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_batches_duplicate_total",
+			Help: "Engine batches received that this bridge had already produced, by source.",
+		}, []string{"source"}),
+		produced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_records_produced_total",
+			Help: "Records acknowledged by Kafka, by kind (batch, heartbeat, goodbye, resync).",
+		}, []string{"kind"}),
+		replayed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_batches_replayed_total",
+			Help: "Batches produced from the engine's replay socket (healed gaps and catch-up).",
+		}),
+		gaps: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_gaps_total",
+			Help: "Sequence gaps seen on the live PUB stream.",
+		}),
+		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_resyncs_total",
+			Help: "kind=resync records produced, by reason.",
+		}, []string{"reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_messages_skipped_total",
+			Help: "Engine messages not produced, by reason.",
+		}, []string{"reason"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_replay_requests_total",
+			Help: "Replay requests sent to the engine, by outcome.",
+		}, []string{"outcome"}),
+		engineRestarts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_engine_restarts_total",
+			Help: "New engine processes detected (sequence restarted).",
+		}),
+		connects: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_engine_connects_total",
+			Help: "Connections made to the engine's PUB socket.",
+		}),
+		connected: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_engine_connected",
+			Help: "1 while the engine's PUB socket is connected, else 0.",
+		}),
+		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_records_lost_total",
+			Help: "Records given up on, by reason.",
+		}, []string{"reason"}),
+		produceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "kvindex_bridge_produce_seconds",
+			Help:    "Time from handing a record to the Kafka client to its acknowledgement.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}),
+		shutdowns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_shutdowns_total",
+			Help: "Shutdowns, by outcome (engine_gone: goodbye sent; engine_still_there: sidecar-only restart).",
+		}, []string{"outcome"}),
+		rankMismatches: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_dp_rank_mismatches_total",
+			Help: "Batches (the first after each connection is checked) whose data_parallel_rank differs from the configured dp_rank.",
+		}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_buffered_records",
+			Help: "Records held by the Kafka client, not yet acknowledged (bounded by MaxBufferedRecords).",
+		}, bufferedRecords),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_buffered_bytes",
+			Help: "Bytes held by the Kafka client, not yet acknowledged (bounded by MaxBufferedBytes).",
+		}, bufferedBytes),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_queued_messages",
+			Help: "Engine messages and records waiting in the bridge's internal queues (bounded by 2 × QueueSize).",
+		}, queued),
+	}
+	for _, c := range append([]prometheus.Collector{
+		m.received, m.duplicates, m.produced, m.replayed, m.gaps, m.resyncs, m.skipped, m.replays,
+		m.engineRestarts, m.connects, m.connected, m.lost, m.produceSeconds, m.shutdowns, m.rankMismatches,
+	}, gauges...) {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}

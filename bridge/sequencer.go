@@ -1,0 +1,428 @@
+package bridge
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/kvindex/kvindex/internal/events"
+)
+
+// inKind is the kind of an inEvent.
+type inKind uint8
+
+const (
+	evConnected inKind = iota + 1
+	evMessage
+	evDisconnected
+)
+
+// inEvent is what the SUB reader hands the sequencer, in order: a
+// connection, its messages, its end.
+type inEvent struct {
+	kind    inKind
+	seq     uint64
+	payload []byte
+	err     error
+}
+
+// replayResult is how one replay request ended.
+type replayResult uint8
+
+const (
+	replayDone       replayResult = iota + 1 // read to the end marker, contiguous
+	replayRestart                            // the engine is a new process
+	replayIncomplete                         // error, timeout or a hole: ask again
+)
+
+// errReplayHole is a replay answer that skipped sequence numbers after
+// covering some (a ROUTER past its high-water mark drops messages).
+var errReplayHole = errors.New("replay answer skipped sequence numbers")
+
+// sequencer turns the engine's live and replayed batches into records in
+// sequence order. It runs on Run's goroutine only.
+//
+// The cursor: next is the sequence number the stream continues with (when
+// known); last and lastPayload are the newest batch produced, which every
+// replay request re-reads to verify the engine is still the same process
+// (a new process has different bytes at that seq, or none at all).
+type sequencer struct {
+	b   *Bridge
+	out chan<- *kgo.Record
+
+	known       bool
+	next        uint64
+	hasLast     bool
+	last        uint64
+	lastPayload []byte
+
+	connected bool
+	// ignoreLive drops live messages until the next connection: set when a
+	// replay showed that the engine behind the current connection has been
+	// replaced, so its queued messages are stale.
+	ignoreLive bool
+	// restarts counts new engine processes detected.
+	restarts int
+	// rankChecked is set once the first batch after a connection has been
+	// checked against the configured rank (checkRank).
+	rankChecked bool
+}
+
+// run is the sequencer loop: engine events in order, and heartbeats while
+// the PUB socket is connected, until ctx ends or the reader stops.
+func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
+	tick := s.b.clock.NewTicker(s.b.cfg.HeartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-in:
+			if !ok {
+				return
+			}
+			if err := s.handle(ctx, ev); err != nil {
+				return // only ctx ends handling early
+			}
+		case <-tick.Chan():
+			if s.connected {
+				if s.emit(ctx, s.b.controlRecord(KindHeartbeat)) != nil {
+					return
+				}
+			}
+		}
+	}
+}
+
+// float forgets the cursor: the next batch starts the stream wherever it
+// is (fresh start, or after a resync).
+func (s *sequencer) float() { s.known, s.hasLast, s.lastPayload = false, false, nil }
+
+func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
+	b := s.b
+	switch ev.kind {
+	case evConnected:
+		s.connected, s.ignoreLive, s.rankChecked = true, false, false
+		b.connected.Store(true)
+		b.m.connected.Set(1)
+		b.m.connects.Inc()
+		if err := s.onConnect(ctx); err != nil {
+			return err
+		}
+		b.caughtUp.Store(true)
+	case evDisconnected:
+		s.connected = false
+		b.connected.Store(false)
+		b.caughtUp.Store(false)
+		b.m.connected.Set(0)
+	case evMessage:
+		return s.onLive(ctx, ev.seq, ev.payload)
+	}
+	return nil
+}
+
+// onConnect catches up after a (re)connection: everything the engine
+// buffered from the cursor on (from 0 on a fresh start), since PUB drops
+// whatever was published while no subscription was live.
+func (s *sequencer) onConnect(ctx context.Context) error {
+	b := s.b
+	resume := s.known || s.hasLast
+	if b.replayAddr == "" {
+		if resume {
+			b.log.Warn("reconnected without a replay socket: batches may be lost, producing resync")
+			s.float()
+			return s.resync(ctx, reasonReconnectNoReplay)
+		}
+		return nil
+	}
+	err := s.heal(ctx)
+	if err == nil || ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if !resume {
+		// Nothing produced yet: the first live batch starts the stream;
+		// the ingester's sequence rules judge it against what an earlier
+		// bridge produced.
+		b.log.Warn("initial replay failed, starting from the live stream", "err", err)
+		return nil
+	}
+	b.log.Warn("replay after reconnecting failed, producing resync", "err", err)
+	s.float()
+	return s.resync(ctx, reasonReplayFailed)
+}
+
+func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) error {
+	b := s.b
+	b.m.received.WithLabelValues(sourceLive).Inc()
+	if s.ignoreLive {
+		b.m.skipped.WithLabelValues(skipStale).Inc()
+		return nil
+	}
+	switch {
+	case !s.known || seq == s.next:
+		return s.produce(ctx, seq, payload, false)
+	case seq < s.next:
+		b.m.duplicates.WithLabelValues(sourceLive).Inc()
+		return nil
+	}
+	b.m.gaps.Inc()
+	b.log.Info("sequence gap", "expected_seq", s.next, "seq", seq)
+	reason := reasonNoReplay
+	if b.replayAddr != "" {
+		reason = reasonUnhealedGap
+		restarts := s.restarts
+		err := s.heal(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if s.restarts != restarts {
+			// The engine restarted under this connection: what it still
+			// delivers is the old process's. Reconnect to the new one.
+			s.ignoreLive = true
+			b.dropSub()
+			b.m.skipped.WithLabelValues(skipStale).Inc()
+			return nil
+		}
+		if err != nil {
+			b.log.Warn("healing gap failed", "expected_seq", s.next, "seq", seq, "err", err)
+		}
+	}
+	if s.known && s.next < seq {
+		b.log.Warn("unhealed gap, producing resync", "missing_from", s.next, "missing_to", seq-1, "reason", reason)
+		if err := s.resync(ctx, reason); err != nil {
+			return err
+		}
+		s.next = seq
+	}
+	if !s.known || seq == s.next {
+		return s.produce(ctx, seq, payload, false)
+	}
+	b.m.duplicates.WithLabelValues(sourceLive).Inc() // the replay covered it
+	return nil
+}
+
+// heal asks the replay socket for what follows the cursor and produces it,
+// asking again while answers make progress (a ROUTER drops messages past
+// its high-water mark), up to ReplayAttempts answers in a row without
+// progress.
+func (s *sequencer) heal(ctx context.Context) error {
+	b := s.b
+	stalled, restarts := 0, 0
+	backoff := b.cfg.ReconnectBackoff
+	for {
+		res, progressed, err := s.replayOnce(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		switch res {
+		case replayDone:
+			return nil
+		case replayRestart:
+			restarts++
+			if restarts > 1 {
+				return fmt.Errorf("%w: the engine looked restarted twice in one catch-up", ErrReplay)
+			}
+			s.restarts++
+			b.m.engineRestarts.Inc()
+			b.log.Info("engine restarted: new process, producing its batches from its first buffered seq", "last_seq", s.last)
+			s.float()
+			continue
+		}
+		if progressed {
+			stalled, backoff = 0, b.cfg.ReconnectBackoff
+			continue
+		}
+		if stalled++; stalled >= b.cfg.ReplayAttempts {
+			return fmt.Errorf("%w: %d attempts without progress: %v", ErrReplay, stalled, err)
+		}
+		b.log.Debug("replay attempt made no progress", "attempt", stalled, "err", err)
+		if !b.sleep(ctx, backoff) {
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, b.cfg.MaxReconnectBackoff)
+	}
+}
+
+// replayOnce sends one replay request and produces what continues the
+// cursor. With a last batch it asks from that batch's seq, to verify the
+// engine process; else from the cursor, or from 0 on a fresh start.
+func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progressed bool, err error) {
+	b := s.b
+	var from uint64
+	verify := s.hasLast
+	switch {
+	case s.hasLast:
+		from = s.last
+	case s.known:
+		from = s.next
+	}
+	outcome := replayOutcomeError
+	defer func() { b.m.replays.WithLabelValues(outcome).Inc() }()
+	st, err := b.openReplay(ctx, from)
+	if err != nil {
+		return replayIncomplete, false, fmt.Errorf("%w: %v", ErrReplay, err)
+	}
+	defer st.close()
+	first := true
+	for {
+		seq, payload, end, err := st.next()
+		if err != nil {
+			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: %v", ErrReplay, from, err)
+		}
+		if end {
+			switch {
+			case verify && first:
+				// Nothing at or after our last batch: a new process that
+				// has published less than we had seen.
+				outcome = replayOutcomeRestart
+				return replayRestart, progressed, nil
+			case !s.known && first:
+				// An empty buffer: the engine has published nothing yet,
+				// so its stream starts at 0.
+				s.known, s.next = true, 0
+			}
+			outcome = replayOutcomeComplete
+			return replayDone, progressed, nil
+		}
+		if seq < from {
+			return replayIncomplete, progressed, fmt.Errorf("%w: asked from seq %d, got %d", ErrReplay, from, seq)
+		}
+		b.m.received.WithLabelValues(sourceReplay).Inc()
+		wasFirst := first
+		first = false
+		if wasFirst && verify {
+			if seq == s.last {
+				if bytes.Equal(payload, s.lastPayload) {
+					continue // same process
+				}
+				outcome = replayOutcomeRestart
+				return replayRestart, progressed, nil
+			}
+			// The engine no longer holds our last batch: what followed it
+			// is gone (or this is a new process past its buffer): either
+			// way, what is missing cannot be replayed.
+			if err := s.overrun(ctx, s.last+1, seq); err != nil {
+				return replayIncomplete, progressed, err
+			}
+		} else if wasFirst && s.known && seq > s.next {
+			if err := s.overrun(ctx, s.next, seq); err != nil {
+				return replayIncomplete, progressed, err
+			}
+		}
+		switch {
+		case !s.known || seq == s.next:
+			if err := s.produce(ctx, seq, payload, true); err != nil {
+				return replayIncomplete, progressed, err
+			}
+			progressed = true
+		case seq < s.next:
+			b.m.duplicates.WithLabelValues(sourceReplay).Inc()
+		default:
+			outcome = replayOutcomeHole
+			return replayIncomplete, progressed, fmt.Errorf("%w: expected seq %d, got %d", errReplayHole, s.next, seq)
+		}
+	}
+}
+
+// overrun produces a resync for batches [from, to) the engine no longer
+// buffers, and moves the cursor to to.
+func (s *sequencer) overrun(ctx context.Context, from, to uint64) error {
+	s.b.log.Warn("replay buffer overrun, producing resync", "missing_from", from, "missing_to", to-1)
+	if err := s.resync(ctx, reasonReplayOverrun); err != nil {
+		return err
+	}
+	s.known, s.next, s.hasLast, s.lastPayload = true, to, false, nil
+	return nil
+}
+
+// produce hands one batch to the producer and advances the cursor past it.
+// A batch over MaxRecordBytes is skipped, counted and replaced by a
+// resync.
+func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
+	b := s.b
+	if len(payload) > b.cfg.MaxRecordBytes {
+		b.m.skipped.WithLabelValues(skipRecordTooLarge).Inc()
+		b.log.Warn("batch over the record size limit skipped, producing resync", "seq", seq, "bytes", len(payload), "limit", b.cfg.MaxRecordBytes)
+		if err := s.resync(ctx, reasonRecordTooLarge); err != nil {
+			return err
+		}
+		s.known, s.next = true, seq+1
+		return nil
+	}
+	if !s.rankChecked {
+		s.rankChecked = true
+		s.checkRank(seq, payload)
+	}
+	if err := s.emit(ctx, b.batchRecord(seq, payload)); err != nil {
+		return err
+	}
+	if replayed {
+		b.m.replayed.Inc()
+	}
+	s.known, s.next = true, seq+1
+	s.hasLast, s.last, s.lastPayload = true, seq, payload
+	return nil
+}
+
+// checkRank decodes one batch (the first after each connection) and logs
+// an error when its data_parallel_rank disagrees with Config.DPRank: the
+// ingester skips every such record (dp_rank_mismatch), so the endpoint
+// would stay empty. The batch is produced either way; the bridge never
+// changes or judges payloads.
+func (s *sequencer) checkRank(seq uint64, payload []byte) {
+	batch, err := events.NewDecoder(nil).Decode(payload)
+	if err != nil || !batch.HasRank || batch.Rank == s.b.cfg.DPRank {
+		return
+	}
+	s.b.m.rankMismatches.Inc()
+	s.b.log.Error("batch data_parallel_rank differs from --dp-rank: the ingester will skip this endpoint's batches",
+		"seq", seq, "batch_rank", batch.Rank, "dp_rank", s.b.cfg.DPRank)
+}
+
+func (s *sequencer) resync(ctx context.Context, reason string) error {
+	s.b.m.resyncs.WithLabelValues(reason).Inc()
+	return s.emit(ctx, s.b.controlRecord(KindResync))
+}
+
+// emit hands a record to the producer goroutine, waiting while the bounded
+// channel is full (backpressure from Kafka) until ctx ends.
+func (s *sequencer) emit(ctx context.Context, r *kgo.Record) error {
+	select {
+	case s.out <- r:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// drain runs at shutdown on what the SUB reader had already received:
+// batches that continue the cursor are produced; the first gap stops it
+// (no replay at shutdown: a restarted bridge replays it). in is closed by
+// the reader, which has stopped.
+func (s *sequencer) drain(ctx context.Context, in <-chan inEvent) {
+	left := 0
+	stopped := false
+	for ev := range in {
+		if ev.kind != evMessage || s.ignoreLive {
+			continue
+		}
+		s.b.m.received.WithLabelValues(sourceLive).Inc()
+		if !stopped && (!s.known || ev.seq == s.next) {
+			if s.produce(ctx, ev.seq, ev.payload, false) == nil {
+				continue
+			}
+			stopped = true
+		}
+		if s.known && ev.seq < s.next {
+			continue
+		}
+		stopped = true
+		left++
+	}
+	if left > 0 {
+		s.b.log.Info("batches received but not produced at shutdown", "count", left)
+	}
+}

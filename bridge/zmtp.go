@@ -1,0 +1,251 @@
+package bridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+)
+
+// The bridge speaks ZMTP through zmq4's connection layer (zmq4.Open on a
+// net.Conn it dials and owns) rather than zmq4's Socket types. With zmq4
+// v0.17 the Socket types leak goroutines the caller cannot stop: a PUB's
+// writer goroutine is never told to exit by Close, a reader goroutine
+// blocks on an unguarded send to a 10-message channel once the
+// application stops receiving, Dial retries sleep without a context, and
+// automatic reconnection redials from inside the reader goroutine. Owning
+// the net.Conn gives each connection exactly one reading goroutine (the
+// bridge's), reads that a context can interrupt (by closing the conn),
+// reconnection and backoff under the bridge's control, and a bound on
+// message size before anything is allocated (frameLimiter).
+
+// endSeq is the replay end marker's sequence number: -1 as a signed 8-byte
+// big-endian integer (vLLM's END_SEQ).
+const endSeq = ^uint64(0)
+
+// ZMTP frame flags (ZMTP 3.x, RFC 23).
+const (
+	flagMore    = 0x01
+	flagLong    = 0x02
+	flagCommand = 0x04
+	// greetingLen is the fixed ZMTP 3.x greeting both peers send first.
+	greetingLen = 64
+)
+
+// zconn is one ZMTP connection the bridge dialed.
+type zconn struct {
+	raw net.Conn
+	zc  *zmq4.Conn
+}
+
+func (c *zconn) close() { c.raw.Close() }
+
+// recv returns the next application message, skipping ZMTP commands
+// (zmq4 answers PINGs itself).
+func (c *zconn) recv() (zmq4.Msg, error) {
+	for {
+		m, err := c.zc.RecvMsg()
+		if err != nil {
+			return m, err
+		}
+		if m.Type != zmq4.CmdMsg {
+			return m, nil
+		}
+	}
+}
+
+// dialZMTP dials addr and performs the ZMTP greeting and NULL handshake as
+// a socket of type typ, within timeout; ctx interrupts both. Every byte
+// read afterwards passes a frameLimiter of maxMessage bytes.
+func dialZMTP(ctx context.Context, addr string, typ zmq4.SocketType, timeout time.Duration, maxMessage int64) (*zconn, error) {
+	d := net.Dialer{Timeout: timeout}
+	raw, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if err := raw.SetDeadline(time.Now().Add(timeout)); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
+	zc, err := zmq4.Open(&frameLimiter{Conn: raw, max: maxMessage, skip: greetingLen}, null.Security(), typ, nil, false, nil)
+	stopped := stop()
+	if err == nil && !stopped {
+		err = ctx.Err()
+	}
+	if err == nil {
+		err = raw.SetDeadline(time.Time{})
+	}
+	if err != nil {
+		raw.Close()
+		return nil, fmt.Errorf("ZMTP handshake with %s as %s: %w", addr, typ, err)
+	}
+	return &zconn{raw: raw, zc: zc}, nil
+}
+
+// frameLimiter follows the ZMTP frame structure of the bytes read through
+// it and fails the read that would deliver the length of a message (the
+// sum of its frames) or of a command larger than max, before zmq4
+// allocates a buffer of that length. After an error the connection is
+// unusable and must be closed.
+type frameLimiter struct {
+	net.Conn
+	max  int64
+	skip int // greeting bytes still to pass
+	err  error
+
+	flags   byte
+	need    int    // length bytes of the current header still to read (0: at a header)
+	inLen   bool   // reading length bytes
+	size    uint64 // length being assembled
+	body    uint64 // body bytes of the current frame still to pass
+	message int64  // bytes of the current multi-frame message so far
+}
+
+func (l *frameLimiter) Read(p []byte) (int, error) {
+	if l.err != nil {
+		return 0, l.err
+	}
+	n, err := l.Conn.Read(p)
+	if serr := l.scan(p[:n]); serr != nil {
+		l.err = serr
+		return 0, serr
+	}
+	return n, err
+}
+
+func (l *frameLimiter) scan(p []byte) error {
+	for len(p) > 0 {
+		switch {
+		case l.skip > 0:
+			k := min(l.skip, len(p))
+			l.skip -= k
+			p = p[k:]
+		case l.body > 0:
+			k := min(uint64(len(p)), l.body)
+			l.body -= k
+			p = p[k:]
+			if l.body == 0 {
+				l.endFrame()
+			}
+		case !l.inLen:
+			l.flags, l.inLen, l.size = p[0], true, 0
+			l.need = 1
+			if l.flags&flagLong != 0 {
+				l.need = 8
+			}
+			p = p[1:]
+		default:
+			l.size = l.size<<8 | uint64(p[0])
+			l.need--
+			p = p[1:]
+			if l.need > 0 {
+				continue
+			}
+			l.inLen = false
+			if err := l.admit(); err != nil {
+				return err
+			}
+			l.body = l.size
+			if l.body == 0 {
+				l.endFrame()
+			}
+		}
+	}
+	return nil
+}
+
+// admit checks the frame whose length was just read.
+func (l *frameLimiter) admit() error {
+	if l.flags&flagCommand != 0 {
+		if l.size > uint64(l.max) {
+			return fmt.Errorf("%w: a %d-byte command, limit %d", ErrMessageTooLarge, l.size, l.max)
+		}
+		return nil
+	}
+	if l.size > uint64(l.max-l.message) {
+		return fmt.Errorf("%w: over %d bytes, limit %d", ErrMessageTooLarge, uint64(l.message)+l.size, l.max)
+	}
+	l.message += int64(l.size)
+	return nil
+}
+
+func (l *frameLimiter) endFrame() {
+	if l.flags&flagCommand != 0 || l.flags&flagMore == 0 {
+		l.message = 0
+	}
+}
+
+// replayStream is one replay request's answer, read message by message.
+type replayStream struct {
+	c       *zconn
+	timeout time.Duration
+	stop    func() bool
+}
+
+// openReplay dials the replay socket as a DEALER and asks for every
+// buffered batch with seq >= from: [empty delimiter, from as 8 bytes
+// big-endian], the framing vLLM's ROUTER expects from a REQ or DEALER.
+func (b *Bridge) openReplay(ctx context.Context, from uint64) (*replayStream, error) {
+	c, err := dialZMTP(ctx, b.replayAddr, zmq4.Dealer, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
+	if err != nil {
+		return nil, err
+	}
+	var seq [8]byte
+	binary.BigEndian.PutUint64(seq[:], from)
+	if err := c.zc.SendMsg(zmq4.NewMsgFrom([]byte{}, seq[:])); err != nil {
+		c.close()
+		return nil, fmt.Errorf("sending replay request: %w", err)
+	}
+	return &replayStream{c: c, timeout: b.cfg.ReplayTimeout, stop: context.AfterFunc(ctx, c.close)}, nil
+}
+
+// next returns the next batch of the answer, or end at the end marker.
+func (r *replayStream) next() (seq uint64, payload []byte, end bool, err error) {
+	if err := r.c.raw.SetReadDeadline(time.Now().Add(r.timeout)); err != nil {
+		return 0, nil, false, err
+	}
+	m, err := r.c.recv()
+	if err != nil {
+		return 0, nil, false, err
+	}
+	f := m.Frames
+	if len(f) != 3 || len(f[0]) != 0 || len(f[1]) != 8 {
+		return 0, nil, false, fmt.Errorf("replay answer has %d frames (want [empty, seq(8), payload])", len(f))
+	}
+	seq = binary.BigEndian.Uint64(f[1])
+	return seq, f[2], seq == endSeq, nil
+}
+
+func (r *replayStream) close() {
+	r.stop()
+	r.c.close()
+}
+
+// probe reports whether the engine still answers: a TCP connection and a
+// ZMTP handshake with its replay socket, or, when that fails or there is
+// none, with its PUB socket, within the probe interval. Only when neither
+// answers is the engine gone: a replay endpoint that was never right must
+// not turn a sidecar restart into a goodbye.
+func (b *Bridge) probe(ctx context.Context) error {
+	var errs []error
+	if b.replayAddr != "" {
+		c, err := dialZMTP(ctx, b.replayAddr, zmq4.Dealer, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
+		if err == nil {
+			c.close()
+			return nil
+		}
+		errs = append(errs, err)
+	}
+	c, err := dialZMTP(ctx, b.addr, zmq4.Sub, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
+	if err == nil {
+		c.close()
+		return nil
+	}
+	return errors.Join(append(errs, err)...)
+}

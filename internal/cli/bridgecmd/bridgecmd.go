@@ -1,0 +1,131 @@
+// Package bridgecmd wires `kvindex bridge`: the sidecar that subscribes to
+// one engine endpoint's ZMQ KV-event socket and produces its batches to
+// Kafka (package bridge), with the ops HTTP server (metrics, probes).
+package bridgecmd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/opsserver"
+)
+
+// flags are the command's flags beyond the shared ones.
+type flags struct {
+	logging       common.Logging
+	kafka         common.Kafka
+	etcd          common.Etcd // accepted, unused (see NewCommand)
+	zmq           string
+	replay        string
+	zmqTopic      string
+	offsetByRank  bool
+	metricsListen string
+	pprof         bool
+	cfg           bridge.Config
+}
+
+// NewCommand returns `kvindex bridge`.
+func NewCommand() *cobra.Command {
+	f := &flags{cfg: bridge.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "bridge --pod POD --model MODEL [--zmq tcp://HOST:5557] [--replay tcp://HOST:5558]",
+		Short: "Forward one engine's ZMQ KV events to Kafka (a sidecar per endpoint)",
+		Long: `bridge subscribes to a model server's ZMQ KV-event PUB socket (vLLM's
+--kv-events-config publisher "zmq"), heals sequence gaps from its replay
+socket, and produces one Kafka record per batch: key = --pod, value = the
+batch exactly as published, headers model, seq and dp_rank. It sends
+kind=heartbeat records while the engine is connected, kind=resync when
+batches were lost for good, and kind=goodbye on shutdown if the engine went
+away within --grace-period (none if it is still there: a sidecar-only
+restart keeps the endpoint's blocks).
+
+The engine of data-parallel rank N binds its configured ports + N (vLLM's
+rule); give the configured endpoints and --dp-rank N, or set
+--offset-by-rank=false and give the exact ports.
+
+The bridge never talks to etcd: the shared --etcd-* flags are accepted, as
+by every role, and ignored.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
+	}
+	fs := cmd.Flags()
+	f.logging.Register(fs)
+	f.kafka.Register(fs)
+	// Every role takes the shared flags (the CLI flag contract), so one
+	// argument template fits all; the bridge ignores the etcd ones.
+	f.etcd.Register(fs)
+	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
+	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
+	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
+	fs.StringVar(&f.cfg.Pod, "pod", "", "the endpoint's pod identity as routers know it (record key); required")
+	fs.StringVar(&f.cfg.Model, "model", "", "the served model name; required")
+	fs.Uint32Var(&f.cfg.DPRank, "dp-rank", 0, "the engine's data-parallel rank (dp_rank header, and the port offset)")
+	fs.BoolVar(&f.offsetByRank, "offset-by-rank", true, "add --dp-rank to the ports of --zmq and --replay, as vLLM does when it binds them")
+	fs.StringVar(&f.metricsListen, "metrics-listen", common.DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
+	fs.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof/ on the ops HTTP server")
+	fs.DurationVar(&f.cfg.HeartbeatInterval, "heartbeat-interval", f.cfg.HeartbeatInterval, "period of kind=heartbeat records while the engine is connected (keep well below the ingester's --liveness-window)")
+	fs.DurationVar(&f.cfg.GracePeriod, "grace-period", f.cfg.GracePeriod, "after SIGTERM, how long to watch the engine: goodbye if it goes away, none if it stays (0: never goodbye)")
+	fs.DurationVar(&f.cfg.FlushTimeout, "flush-timeout", f.cfg.FlushTimeout, "bound on each Kafka flush at shutdown")
+	fs.IntVar(&f.cfg.MaxBufferedRecords, "max-buffered-records", f.cfg.MaxBufferedRecords, "records the Kafka client may hold unacknowledged before the bridge blocks")
+	fs.IntVar(&f.cfg.MaxBufferedBytes, "max-buffered-bytes", f.cfg.MaxBufferedBytes, "bytes the Kafka client may hold unacknowledged before the bridge blocks")
+	fs.IntVar(&f.cfg.MaxRecordBytes, "max-record-bytes", f.cfg.MaxRecordBytes, "largest batch produced; larger ones are skipped and replaced by a resync (keep below the topic's max.message.bytes)")
+	fs.IntVar(&f.cfg.MaxMessageBytes, "max-message-bytes", f.cfg.MaxMessageBytes, "largest ZMQ message read from the engine")
+	return cmd
+}
+
+func (f *flags) run(ctx context.Context) error {
+	log, err := f.logging.Logger()
+	if err != nil {
+		return err
+	}
+	cfg := f.cfg
+	cfg.ZMQTopic = f.zmqTopic
+	cfg.Brokers, cfg.Topic = f.kafka.Brokers, f.kafka.Topic
+	cfg.Endpoint, cfg.ReplayEndpoint = f.zmq, f.replay
+	if f.offsetByRank {
+		if cfg.Endpoint, err = bridge.OffsetEndpointPort(f.zmq, cfg.DPRank); err != nil {
+			return fmt.Errorf("--zmq: %w", err)
+		}
+		if cfg.ReplayEndpoint, err = bridge.OffsetEndpointPort(f.replay, cfg.DPRank); err != nil {
+			return fmt.Errorf("--replay: %w", err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	cfg.Registerer = reg
+	cfg.Logger = log.With("component", "bridge")
+	b, err := bridge.New(cfg)
+	if err != nil {
+		return err
+	}
+	ops, err := opsserver.New(opsserver.Config{Addr: f.metricsListen, Registry: reg, Ready: b.Ready, Pprof: f.pprof})
+	if err != nil {
+		return err
+	}
+	log.Info("ops server listening", "addr", ops.Addr())
+	g, gctx := errgroup.WithContext(ctx)
+	// The ops server stops when the bridge has finished its shutdown (or
+	// failed), so probes and metrics stay up through the grace period.
+	opsCtx, stopOps := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopOps()
+	g.Go(func() error {
+		err := ops.Run(opsCtx)
+		if errors.Is(err, context.Canceled) {
+			return nil
+		}
+		return err
+	})
+	g.Go(func() error {
+		defer stopOps()
+		return b.Run(gctx)
+	})
+	return g.Wait()
+}

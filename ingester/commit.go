@@ -104,6 +104,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 				return i, nil
 			}
 			b.del(w.blockKey(ep, op.tier, op.hash), nil)
+			b.blockOps++
 			continue
 		}
 		needRec := ep.recTxn != b.seq && (!ep.inEtcd || ep.leasesDirty || (op.lease == 0 && w.rotates(ep, op.tier)))
@@ -149,6 +150,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 			}
 		}
 		b.put(w.blockKey(ep, op.tier, op.hash), nil, op.lease)
+		b.blockOps++
 	}
 	return i, nil
 }

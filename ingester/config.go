@@ -135,6 +135,8 @@ type TxnInfo struct {
 	Kind TxnKind
 	// Ops is its number of operations.
 	Ops int
+	// BlockOps is how many of them put or delete a single block key.
+	BlockOps int
 	// Offset is the next offset it stores, or -1 when it stores none.
 	Offset int64
 }

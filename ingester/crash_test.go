@@ -101,6 +101,10 @@ func TestCrashReplay(t *testing.T) {
 	r := start(t, clean)
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, clean.Keyspace, topic, end)
 	t.Logf("clean run: %v, %d transactions", time.Since(began), cleanTxns[0].Load())
+	// Read the clean run's result now: once its ingester stops, nobody
+	// renews its leases.
+	cleanBlocks := ingesttest.Blocks(t, ctx, e.etcd.Client, clean.Keyspace)
+	cleanEps := ingesttest.Endpoints(t, ctx, e.etcd.Client, clean.Keyspace)
 	if err := r.stop(); err != nil {
 		t.Fatalf("clean run: %v", err)
 	}
@@ -110,6 +114,8 @@ func TestCrashReplay(t *testing.T) {
 	crashy := configure("crashy")
 	crashes := 0
 	kinds := map[TxnKind]int{}
+	var crashBlocks []keyspace.Block
+	var crashEps map[keyspace.Endpoint]keyspace.EndpointRecord
 	for round := 0; ; round++ {
 		cfg := crashy
 		// Crash before the n-th transaction of one kind (0: any kind):
@@ -143,6 +149,8 @@ func TestCrashReplay(t *testing.T) {
 				stored, _, _ := ingesttest.StoredOffsets(context.Background(), e.etcd.Client, crashy.Keyspace, topic)
 				t.Fatalf("round %d: %v (stored offsets %v, want past %v)", round, err, stored, end)
 			}
+			crashBlocks = ingesttest.Blocks(t, ctx, e.etcd.Client, crashy.Keyspace)
+			crashEps = ingesttest.Endpoints(t, ctx, e.etcd.Client, crashy.Keyspace)
 			if err := r.stop(); err != nil && !errors.Is(err, errCrash) {
 				t.Fatalf("stopping: %v", err)
 			}
@@ -161,8 +169,6 @@ func TestCrashReplay(t *testing.T) {
 	t.Logf("%d crashes (before txn kinds %v)", crashes, kinds)
 
 	wantBlocks, wantEps := perPartitionModel(recs, parts, window, last)
-	cleanBlocks := ingesttest.Blocks(t, ctx, e.etcd.Client, clean.Keyspace)
-	crashBlocks := ingesttest.Blocks(t, ctx, e.etcd.Client, crashy.Keyspace)
 	if len(wantBlocks) == 0 {
 		t.Fatal("the stream left no blocks: the test would prove nothing")
 	}
@@ -172,8 +178,6 @@ func TestCrashReplay(t *testing.T) {
 	if diff := cmp.Diff(cleanBlocks, crashBlocks, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("crashed run differs from the clean run (-clean +crashed):\n%s", diff)
 	}
-	cleanEps := ingesttest.Endpoints(t, ctx, e.etcd.Client, clean.Keyspace)
-	crashEps := ingesttest.Endpoints(t, ctx, e.etcd.Client, crashy.Keyspace)
 	if diff := cmp.Diff(ingesttest.SeqViews(cleanEps), ingesttest.SeqViews(crashEps)); diff != "" {
 		t.Errorf("endpoint records differ (-clean +crashed):\n%s", diff)
 	}

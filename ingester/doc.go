@@ -54,6 +54,24 @@
 // with no keys left are revoked. A transaction that fails because a lease
 // expired re-grants and retries.
 //
+// # Operating
+//
+// With the default prefix, etcdctl shows what the ingesters hold:
+//
+//	etcdctl get --prefix /kvindex/v1/owners/      # who claimed each partition
+//	etcdctl get --prefix /kvindex/v1/offsets/     # each partition's next offset
+//	etcdctl get --prefix /kvindex/v1/ingesters/   # live ingesters and their partitions
+//	etcdctl get /kvindex/v1/endpoints/<model>/<pod>/<rank>   # sequence state, leases
+//	etcdctl lease timetolive --keys <lease id from the endpoint record>
+//
+// Metrics (subsystem kvindex_ingester): records_total, events_total{type},
+// skipped_records_total{reason}, skipped_events_total{reason},
+// drops_total{reason}, txns_total{kind}, txn_ops (histogram of ops per
+// transaction), txn_seconds, txn_retries_total, guard_failures_total,
+// leases (kept alive), lease_grants_total, lease_regrants_total,
+// leases_expired_total, lag_records{partition}, partitions,
+// offset_resets_total.
+//
 // # Shutdown
 //
 // Run returns when its context ends: the poll loop stops, workers abandon

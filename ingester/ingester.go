@@ -49,9 +49,10 @@ type Ingester struct {
 // partition is a running worker and the handles to stop it.
 type partition struct {
 	w      *worker
-	from   int64      // the offset fetching starts at
-	in     chan input // sent to by the poll loop only; never closed
-	drain  chan struct{}
+	from   int64         // the offset fetching starts at
+	in     chan input    // sent to by the poll loop only; never closed
+	drain  chan struct{} // closed (once, by stop) to ask for a graceful stop
+	once   sync.Once
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the worker returned
 	err    error         // the worker's result, set before done closes
@@ -171,6 +172,11 @@ func (in *Ingester) poll(ctx context.Context) {
 		fs.EachError(func(topic string, p int32, err error) {
 			if errors.Is(err, kerr.OffsetOutOfRange) && topic == in.cfg.Topic {
 				in.outOfRange(ctx, p)
+				return
+			}
+			if errors.Is(err, kerr.InvalidSessionTimeout) {
+				// A configuration error no retry fixes.
+				in.fail(fmt.Errorf("ingester: joining group %s: %w (SessionTimeout %v is outside what the brokers allow)", in.cfg.Group, err, in.cfg.SessionTimeout))
 				return
 			}
 			if !errors.Is(err, context.Canceled) {
@@ -333,7 +339,7 @@ func (in *Ingester) stop(ps []int32, graceful bool) {
 	in.mu.Unlock()
 	for _, part := range parts {
 		if graceful {
-			close(part.drain)
+			part.once.Do(func() { close(part.drain) })
 		} else {
 			part.cancel()
 		}

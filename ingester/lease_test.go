@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 func heartbeat(pod string, at time.Time) refmodel.Record {
@@ -228,5 +230,44 @@ func TestReplayNeverRevives(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestExpiredLeaseRegranted: a write whose lease expired under the
+// ingester (revoked here behind its back, as etcd does to a lease nobody
+// renewed) re-grants a lease and retries; the endpoint record names the new
+// lease.
+func TestExpiredLeaseRegranted(t *testing.T) {
+	const topic = "regrant"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-regrant", "/kvindex/regrant/")
+	r := start(t, cfg)
+	now := time.Now()
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", now, 1, 2)}))
+	id := keyspace.Endpoint{Model: "m", Pod: "pod"}
+	before := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
+	old := before.TierLeases["gpu"][0].ID
+	if _, err := e.etcd.Client.Revoke(ctx, clientv3.LeaseID(old)); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", now, 3)}))
+	if ok, n := present(t, ctx, e, cfg.Keyspace, "pod"); !ok || n != 1 {
+		t.Errorf("after the lease expired: record %v, %d blocks; want the new block only (the expired lease took 1 and 2)", ok, n)
+	}
+	after := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
+	shards := after.TierLeases["gpu"]
+	if len(shards) != 1 || shards[0].ID == old {
+		t.Errorf("gpu leases after the expiry = %+v, want one new lease (old %v)", shards, old)
+	}
+	lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, cfg.Keyspace.BlockKey(id, tier.GPU, 3))
+	if err != nil || int64(lease) != int64(shards[0].ID) {
+		t.Errorf("block 3 hangs on lease %x (%v), want the recorded %v", lease, err, shards[0].ID)
+	}
+	if n := promtest.ToFloat64(r.in.m.leaseRegrants); n < 1 {
+		t.Errorf("lease regrants = %v, want at least 1", n)
 	}
 }

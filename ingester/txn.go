@@ -36,6 +36,8 @@ type txnBuilder struct {
 
 	// offset is the next offset this transaction stores, or -1.
 	offset int64
+	// blockOps counts the block puts and deletes added.
+	blockOps int
 }
 
 func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
@@ -62,6 +64,7 @@ func (b *txnBuilder) reset(claimRev int64) {
 	b.arena = b.arena[:0]
 	b.bytes = len(b.cmp.Key) + 16
 	b.offset = -1
+	b.blockOps = 0
 }
 
 func (b *txnBuilder) n() int { return len(b.ops) }
@@ -117,7 +120,7 @@ var errLeaseGone = errors.New("ingester: lease not found")
 func (w *worker) send(ctx context.Context, kind TxnKind) error {
 	b := w.b
 	if w.cfg.BeforeTxn != nil {
-		if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), Offset: b.offset}); err != nil {
+		if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), BlockOps: b.blockOps, Offset: b.offset}); err != nil {
 			return &hookError{err}
 		}
 	}

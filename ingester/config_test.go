@@ -1,0 +1,62 @@
+package ingester
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestConfigValidate(t *testing.T) {
+	valid := func() Config {
+		c := DefaultConfig()
+		c.Etcd = &clientv3.Client{}
+		c.Brokers = []string{"127.0.0.1:9092"}
+		return c
+	}
+	tests := []struct {
+		name   string
+		change func(*Config)
+		ok     bool
+	}{
+		{"defaults", func(*Config) {}, true},
+		{"short_timeouts_within_the_two_thirds_rule", func(c *Config) {
+			c.LeaseTTL, c.SessionTimeout, c.RebalanceTimeout = 3*time.Second, 500*time.Millisecond, time.Second
+		}, true},
+		{"no_etcd", func(c *Config) { c.Etcd = nil }, false},
+		{"no_brokers", func(c *Config) { c.Brokers = nil }, false},
+		{"no_topic", func(c *Config) { c.Topic = "" }, false},
+		{"no_group", func(c *Config) { c.Group = "" }, false},
+		{"max_txn_ops_too_small", func(c *Config) { c.MaxTxnOps = 4 }, false},
+		{"max_txn_bytes_over_etcd_limit", func(c *Config) { c.MaxTxnBytes = 2 << 20 }, false},
+		{"lease_ttl_not_whole_seconds", func(c *Config) { c.LeaseTTL = 90500 * time.Millisecond }, false},
+		{"lease_ttl_shorter_than_a_takeover", func(c *Config) { c.LeaseTTL = 60 * time.Second }, false},
+		{"lease_ttl_without_margin", func(c *Config) {
+			c.LeaseTTL, c.SessionTimeout, c.RebalanceTimeout = 3*time.Second, time.Second, time.Second
+		}, false},
+		{"no_liveness_window", func(c *Config) { c.LivenessWindow = 0 }, false},
+		{"no_keys_per_lease", func(c *Config) { c.KeysPerLease = 0 }, false},
+		{"no_drop_page", func(c *Config) { c.DropPageSize = 0 }, false},
+		{"no_window_records", func(c *Config) { c.WindowRecords = 0 }, false},
+		{"no_window_ops", func(c *Config) { c.WindowOps = 0 }, false},
+		{"no_session_timeout", func(c *Config) { c.SessionTimeout = 0 }, false},
+		{"bad_id", func(c *Config) { c.ID = "\xff" }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.change(&c)
+			err := c.Validate()
+			if tc.ok && err != nil {
+				t.Fatalf("Validate() = %v, want nil", err)
+			}
+			if !tc.ok && !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
+			}
+			if _, nerr := New(c); (nerr == nil) != tc.ok {
+				t.Fatalf("New() error = %v, want ok=%v", nerr, tc.ok)
+			}
+		})
+	}
+}

@@ -1,0 +1,54 @@
+package ingestercmd
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
+
+// TestIngesterCommand runs `kvindex ingester` against embedded etcd and
+// kfake: it registers ingesters/{id} with the partitions it owns and stops
+// cleanly when its context ends.
+func TestIngesterCommand(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	k := testutil.StartKafka(t, "events", 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	runCtx, stop := context.WithCancel(ctx)
+	cmd := NewCommand()
+	cmd.SetArgs([]string{
+		"--etcd-endpoints", strings.Join(e.Endpoints, ","),
+		"--brokers", strings.Join(k.Brokers, ","),
+		"--topic", "events",
+		"--group", "cmd-test",
+		"--id", "ingester-1",
+		"--metrics-listen", "127.0.0.1:0",
+		"--log-level", "error",
+	})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(runCtx) }()
+
+	ks := keyspace.Default()
+	ingesttest.WaitFor(t, ctx, e.Client, ks.IngestersPrefix(), "ingesters/ingester-1 to list both partitions", func() bool {
+		resp, err := e.Client.Get(ctx, ks.IngesterKey("ingester-1"))
+		if err != nil || len(resp.Kvs) == 0 {
+			return false
+		}
+		rec, err := keyspace.UnmarshalIngesterRecord(resp.Kvs[0].Value)
+		return err == nil && slices.Equal(rec.Partitions, []string{"events/0", "events/1"})
+	})
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("command returned %v, want nil on a clean stop", err)
+	}
+}

@@ -46,13 +46,11 @@ func bridgeCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// tailRecord is a record the tail consumed, with its position.
+// tailRecord is a record the tail consumed.
 type tailRecord struct {
-	Partition int32
-	Offset    int64
-	Key       string
-	Headers   map[string]string
-	Value     []byte
+	Key     string
+	Headers map[string]string
+	Value   []byte
 }
 
 // tail consumes the topic from its start (no group) and keeps every
@@ -101,7 +99,7 @@ func (tl *tail) poll(t *testing.T, ctx context.Context) bool {
 		}
 	}
 	fs.EachRecord(func(r *kgo.Record) {
-		rec := tailRecord{Partition: r.Partition, Offset: r.Offset, Key: string(r.Key), Headers: map[string]string{}, Value: r.Value}
+		rec := tailRecord{Key: string(r.Key), Headers: map[string]string{}, Value: r.Value}
 		for _, h := range r.Headers {
 			rec.Headers[h.Key] = string(h.Value)
 		}
@@ -183,9 +181,11 @@ func bridgeConfig(e *enginesim.Engine, brokers []string, ep keyspace.Endpoint) b
 	cfg.Brokers, cfg.Topic = brokers, topic
 	cfg.HeartbeatInterval = time.Hour
 	cfg.GracePeriod = 0
-	// Two failed probes 200 ms apart mean the engine is gone; a live
-	// engine on loopback answers a probe in well under 200 ms.
-	cfg.ProbeInterval = 200 * time.Millisecond
+	// Three failed probes 250 ms apart mean the engine is gone (a closed
+	// engine refuses at once: about 500 ms); a live engine on loopback
+	// answers a probe in far less than 250 ms, even on a loaded machine.
+	cfg.ProbeInterval = 250 * time.Millisecond
+	cfg.ProbeFailures = 3
 	cfg.ReconnectBackoff = 10 * time.Millisecond
 	cfg.MaxReconnectBackoff = 100 * time.Millisecond
 	cfg.Registerer = prometheus.NewRegistry()
@@ -218,8 +218,8 @@ func waitLive(t *testing.T, ctx context.Context, r *bridgetest.Running, e *engin
 	}
 }
 
-// metricValue sums the samples of metric name in reg whose label label (if
-// given) has value value.
+// metricValue sums the counters of metric name in reg whose label label
+// (if given) has value value.
 func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -774,7 +774,13 @@ func classify(t *testing.T, dec *events.Decoder, st scenario.Step) fixtureStep {
 	}
 	id := keyspace.Endpoint{Model: p.Headers[bridge.HeaderModel], Pod: p.Key}
 	if kind, ok := p.Headers[bridge.HeaderKind]; ok {
-		rank, err := strconv.ParseUint(cmpOr(p.Headers[bridge.HeaderDPRank], "0"), 10, 32)
+		if _, ok := p.Headers[bridge.HeaderSeq]; ok {
+			t.Fatalf("line %d: a control record with a seq header has no mapping to the bridge path", st.Line)
+		}
+		rank, err := strconv.ParseUint(p.Headers[bridge.HeaderDPRank], 10, 32)
+		if p.Headers[bridge.HeaderDPRank] == "" {
+			rank, err = 0, nil // no header: rank 0
+		}
 		if err != nil {
 			t.Fatalf("line %d: dp_rank: %v", st.Line, err)
 		}
@@ -805,13 +811,6 @@ func classify(t *testing.T, dec *events.Decoder, st scenario.Step) fixtureStep {
 		fs.hasSeq = true
 	}
 	return fs
-}
-
-func cmpOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
 }
 
 // prefixed returns a copy of s with every model under prefix and, for
@@ -879,11 +878,10 @@ func TestFixturesThroughBridge(t *testing.T) {
 		t.Run(s.Name, func(t *testing.T) {
 			ctx := bridgeCtx(t)
 			answers := runFixtureThroughBridges(t, ctx, rig, s, "bridge/"+s.Name+"/")
-			if t.Failed() {
-				return
-			}
 			// The same fixture straight into Kafka, expecting exactly the
-			// bridge path's answers (tiers included).
+			// bridge path's answers (tiers included). Run even when the
+			// bridge path differed from the fixture: it tells which side
+			// is wrong.
 			res, err := replay.Run(ctx, replay.Target{Producer: rig.p.prod, Topic: topic, Index: rig.c}, prefixed(s, "direct/"+s.Name+"/", answers))
 			if err != nil {
 				t.Fatalf("direct replay: %v", err)
@@ -942,7 +940,7 @@ func runFixtureThroughBridges(t *testing.T, ctx context.Context, rig *bridgeRig,
 		fe.engine = eng
 		fe.cfg = bridgeConfig(eng, rig.p.kafka.Brokers, fe.ep)
 		fe.cfg.HeartbeatInterval = 200 * time.Millisecond
-		fe.cfg.GracePeriod = time.Second
+		fe.cfg.GracePeriod = 1500 * time.Millisecond
 		fe.subs = 1
 		fe.run = startBridge(t, ctx, fe.cfg, eng, fe.subs, true)
 	}

@@ -1,11 +1,10 @@
 package enginesim
 
 import (
-	"bytes"
-	"encoding/binary"
 	"fmt"
+	"math"
 
-	"github.com/vmihailenco/msgpack/v5"
+	"github.com/kvindex/kvindex/internal/events"
 )
 
 // Batch is one KVEventBatch as vLLM publishes it: msgpack
@@ -28,7 +27,8 @@ type Batch struct {
 type Event interface {
 	// Tag is the event's wire type tag ("BlockStored", ...).
 	Tag() string
-	encode(e *encoder) error
+	// event converts to the form events.EncodeWith writes.
+	event() (events.Event, error)
 }
 
 // BlockStored reports blocks that became present on a tier.
@@ -40,10 +40,11 @@ type BlockStored struct {
 	ParentHash uint64
 	// HasParent says whether ParentHash is set.
 	HasParent bool
-	// TokenIDs are the tokens of the blocks (BlockSize per block); nil for
-	// an offload placeholder.
+	// TokenIDs are the tokens of the blocks (BlockSize per block); nil (an
+	// empty array on the wire) for an offload placeholder.
 	TokenIDs []int64
 	// BlockSize is the block size in tokens; 0 for an offload placeholder.
+	// Encoding fails for a value outside [0, 2^32).
 	BlockSize int
 	// Medium is the tier's medium string ("GPU", "CPU", "DISK", ...); ""
 	// encodes nil, which means GPU.
@@ -90,23 +91,49 @@ type EncodeOptions struct {
 	Digests bool
 }
 
+// specKind is the kv_cache_spec_kind of every BlockStored: the simulated
+// engine serves a plain model, one full-attention KV-cache group.
+const specKind = "full_attention"
+
 // Encode returns the batch in vLLM's newer tagged-map encoding with integer
 // hashes.
 func (b Batch) Encode() ([]byte, error) { return b.EncodeWith(EncodeOptions{}) }
 
-// EncodeWith returns the batch in the encoding opts selects. It fails only
-// for an event type this package does not define.
+// EncodeWith returns the batch in the encoding opts selects, written by the
+// project's encoder (events.EncodeWith), with every BlockStored carrying
+// kv_cache_spec_kind "full_attention" as newer vLLM does. It fails for a
+// nil event, an event type this package does not define, or a BlockSize
+// out of range.
 func (b Batch) EncodeWith(opts EncodeOptions) ([]byte, error) {
-	var buf bytes.Buffer
-	e := &encoder{Encoder: msgpack.NewEncoder(&buf), opts: opts}
-	if err := e.batch(b); err != nil {
-		return nil, err
+	eb := events.Batch{TS: b.TS, Rank: b.Rank, HasRank: b.HasRank, Events: make([]events.Event, len(b.Events))}
+	for i, ev := range b.Events {
+		if ev == nil {
+			return nil, fmt.Errorf("enginesim: event %d is nil", i)
+		}
+		e, err := ev.event()
+		if err != nil {
+			return nil, fmt.Errorf("enginesim: event %d (%s): %w", i, ev.Tag(), err)
+		}
+		e.Index = i
+		eb.Events[i] = e
 	}
-	return buf.Bytes(), nil
+	eo := events.EncodeOptions{KVCacheSpecKind: specKind}
+	if opts.Arrays {
+		eo.Encoding = events.EncodingArray
+	}
+	if opts.Digests {
+		eo.Hashes = events.HashDigest
+	}
+	p, err := events.EncodeWith(eb, eo)
+	if err != nil {
+		return nil, fmt.Errorf("enginesim: %w", err)
+	}
+	return p, nil
 }
 
 // MustEncode is Encode for tests and benchmarks whose batches are built in
-// code: it panics on an error, which only a foreign Event type causes.
+// code: it panics on an error, which only a foreign or nil Event or an
+// out-of-range BlockSize causes.
 func (b Batch) MustEncode() []byte {
 	p, err := b.Encode()
 	if err != nil {
@@ -115,164 +142,27 @@ func (b Batch) MustEncode() []byte {
 	return p
 }
 
-type encoder struct {
-	*msgpack.Encoder
-	opts EncodeOptions
+func (s BlockStored) event() (events.Event, error) {
+	if s.BlockSize < 0 || s.BlockSize > math.MaxUint32 {
+		return events.Event{}, fmt.Errorf("block size %d out of range [0, %d]", s.BlockSize, uint32(math.MaxUint32))
+	}
+	return events.Event{
+		Type:        events.BlockStored,
+		BlockHashes: s.BlockHashes,
+		ParentHash:  s.ParentHash,
+		HasParent:   s.HasParent,
+		TokenIDs:    s.TokenIDs,
+		BlockSize:   uint32(s.BlockSize),
+		Medium:      s.Medium,
+		LoraName:    s.LoraName,
+		GroupIdx:    int64(s.GroupIdx),
+	}, nil
 }
 
-func (e *encoder) batch(b Batch) error {
-	if err := e.EncodeArrayLen(3); err != nil {
-		return err
-	}
-	if err := e.EncodeFloat64(b.TS); err != nil {
-		return err
-	}
-	if err := e.EncodeArrayLen(len(b.Events)); err != nil {
-		return err
-	}
-	for i, ev := range b.Events {
-		if ev == nil {
-			return fmt.Errorf("enginesim: event %d is nil", i)
-		}
-		if err := ev.encode(e); err != nil {
-			return fmt.Errorf("enginesim: event %d (%s): %w", i, ev.Tag(), err)
-		}
-	}
-	if !b.HasRank {
-		return e.EncodeNil()
-	}
-	return e.EncodeUint(uint64(b.Rank))
+func (r BlockRemoved) event() (events.Event, error) {
+	return events.Event{Type: events.BlockRemoved, BlockHashes: r.BlockHashes, Medium: r.Medium, GroupIdx: int64(r.GroupIdx)}, nil
 }
 
-// field writes one named field: its key in the map encoding, nothing extra
-// in the array encoding (position carries the name).
-func (e *encoder) field(name string, value func() error) error {
-	if !e.opts.Arrays {
-		if err := e.EncodeString(name); err != nil {
-			return err
-		}
-	}
-	return value()
+func (AllBlocksCleared) event() (events.Event, error) {
+	return events.Event{Type: events.AllBlocksCleared}, nil
 }
-
-// open starts an event with n fields after the tag.
-func (e *encoder) open(tag string, n int) error {
-	if e.opts.Arrays {
-		if err := e.EncodeArrayLen(n + 1); err != nil {
-			return err
-		}
-		return e.EncodeString(tag)
-	}
-	if err := e.EncodeMapLen(n + 1); err != nil {
-		return err
-	}
-	if err := e.EncodeString("type"); err != nil {
-		return err
-	}
-	return e.EncodeString(tag)
-}
-
-func (e *encoder) hash(h uint64) error {
-	if !e.opts.Digests {
-		return e.EncodeUint(h)
-	}
-	var d [32]byte
-	// Bytes other than the last 8 are filler a real digest would have.
-	for i := range 24 {
-		d[i] = byte(h>>(i%8*8)) ^ byte(i)
-	}
-	binary.BigEndian.PutUint64(d[24:], h)
-	return e.EncodeBytes(d[:])
-}
-
-func (e *encoder) hashes(hs []uint64) error {
-	if err := e.EncodeArrayLen(len(hs)); err != nil {
-		return err
-	}
-	for _, h := range hs {
-		if err := e.hash(h); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (e *encoder) optString(s string) error {
-	if s == "" {
-		return e.EncodeNil()
-	}
-	return e.EncodeString(s)
-}
-
-func (s BlockStored) encode(e *encoder) error {
-	// vLLM's field order: block_hashes, parent_block_hash, token_ids,
-	// block_size, lora_id, medium, lora_name, extra_keys, group_idx,
-	// kv_cache_spec_kind.
-	if err := e.open(s.Tag(), 10); err != nil {
-		return err
-	}
-	steps := []struct {
-		name  string
-		value func() error
-	}{
-		{"block_hashes", func() error { return e.hashes(s.BlockHashes) }},
-		{"parent_block_hash", func() error {
-			if !s.HasParent {
-				return e.EncodeNil()
-			}
-			return e.hash(s.ParentHash)
-		}},
-		{"token_ids", func() error {
-			if s.TokenIDs == nil {
-				return e.EncodeNil()
-			}
-			if err := e.EncodeArrayLen(len(s.TokenIDs)); err != nil {
-				return err
-			}
-			for _, t := range s.TokenIDs {
-				if err := e.EncodeInt(t); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"block_size", func() error { return e.EncodeInt(int64(s.BlockSize)) }},
-		{"lora_id", e.EncodeNil},
-		{"medium", func() error { return e.optString(s.Medium) }},
-		{"lora_name", func() error { return e.optString(s.LoraName) }},
-		{"extra_keys", func() error {
-			if err := e.EncodeArrayLen(len(s.BlockHashes)); err != nil {
-				return err
-			}
-			for range s.BlockHashes {
-				if err := e.EncodeNil(); err != nil {
-					return err
-				}
-			}
-			return nil
-		}},
-		{"group_idx", func() error { return e.EncodeInt(int64(s.GroupIdx)) }},
-		{"kv_cache_spec_kind", func() error { return e.EncodeString("full_attention") }},
-	}
-	for _, st := range steps {
-		if err := e.field(st.name, st.value); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (r BlockRemoved) encode(e *encoder) error {
-	if err := e.open(r.Tag(), 3); err != nil {
-		return err
-	}
-	if err := e.field("block_hashes", func() error { return e.hashes(r.BlockHashes) }); err != nil {
-		return err
-	}
-	if err := e.field("medium", func() error { return e.optString(r.Medium) }); err != nil {
-		return err
-	}
-	return e.field("group_idx", func() error { return e.EncodeInt(int64(r.GroupIdx)) })
-}
-
-func (c AllBlocksCleared) encode(e *encoder) error { return e.open(c.Tag(), 0) }

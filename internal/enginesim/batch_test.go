@@ -138,3 +138,20 @@ func TestWorkloadResident(t *testing.T) {
 		})
 	}
 }
+
+func TestBatchEncodeErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ev   Event
+	}{
+		{"nil_event", nil},
+		{"negative_block_size", BlockStored{BlockHashes: []uint64{1}, BlockSize: -1}},
+		{"block_size_past_uint32", BlockStored{BlockHashes: []uint64{1}, BlockSize: 1 << 32}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if p, err := (Batch{TS: 1, Events: []Event{tc.ev}}).Encode(); err == nil {
+				t.Fatalf("Encode succeeded with %d bytes", len(p))
+			}
+		})
+	}
+}

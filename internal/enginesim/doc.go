@@ -20,8 +20,9 @@
 //
 // It also builds realistic KVEventBatch payloads (Batch, BlockStored,
 // BlockRemoved, AllBlocksCleared) in vLLM's tagged-map or tagged-array
-// msgpack encodings, and generates event streams (Workload) whose expected
-// final state is known, for tests and benchmarks.
+// msgpack encodings, written by the project's one encoder
+// (events.EncodeWith), and generates event streams (Workload) whose
+// expected final state is known, for tests and benchmarks.
 //
 // The sockets speak ZMTP 3.0 with the NULL mechanism through
 // github.com/go-zeromq/zmq4's connection layer (zmq4.Open on a net.Conn).

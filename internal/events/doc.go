@@ -19,4 +19,10 @@
 //
 // Hostile input never allocates more than the payload's own size: every
 // length a header claims is checked against the bytes that remain.
+//
+// Encode and EncodeWith are the inverse: the project's one writer of the
+// wire format, in the variants engines differ in (tagged maps or arrays;
+// unsigned, signed or 32-byte digest hashes; kv_cache_spec_kind or not).
+// Simulators (internal/enginesim), benchmarks and tests build payloads
+// with it.
 package events

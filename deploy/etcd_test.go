@@ -270,9 +270,10 @@ func checkEtcdClients(t *testing.T, b *build, w *workload, m *etcdMember, client
 	}
 	var clients int
 	for _, k := range kcs {
-		if k.Role == "ingester" {
-			if n, err := strconv.ParseUint(k.Flags["max-txn-ops"], 10, 32); err != nil || uint(n) > m.Cfg.MaxTxnOps {
-				t.Errorf("%s: --max-txn-ops=%s must be a number <= etcd's max-txn-ops %d", k, k.Flags["max-txn-ops"], m.Cfg.MaxTxnOps)
+		if k.Role == "ingester" && k.Cmd != nil {
+			// The effective value: the flag as given, or its default.
+			if n, err := k.Cmd.Flags().GetInt("max-txn-ops"); err != nil || n < 0 || uint(n) > m.Cfg.MaxTxnOps {
+				t.Errorf("%s: --max-txn-ops=%d must be <= etcd's max-txn-ops %d (%v)", k, n, m.Cfg.MaxTxnOps, err)
 			}
 			// DESIGN: the ingester keeps each transaction under 1.5 MiB,
 			// etcd's default request limit.

@@ -43,7 +43,8 @@ var sizingFigures = []string{
 	"compaction_list_multiple",
 }
 
-// readSizingTable parses the rows "| `name` | value | ..." of README.md.
+// readSizingTable parses the rows "| `name` | value | ..." of README.md's
+// section "## Sizing".
 func readSizingTable(path string) (map[string]float64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -51,9 +52,13 @@ func readSizingTable(path string) (map[string]float64, error) {
 	}
 	figures := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
+	inSizing := false
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "| `") {
+		if strings.HasPrefix(line, "## ") {
+			inSizing = line == "## Sizing"
+		}
+		if !inSizing || !strings.HasPrefix(line, "| `") {
 			continue
 		}
 		cells := strings.Split(line, "|")

@@ -10,6 +10,7 @@
 //	overlays/prod-tls          prod + components/etcd-client-tls
 //	overlays/strimzi           prod + a Strimzi Kafka cluster and topic
 //	examples/vllm-sidecar      vLLM with KV events and the kvindex bridge sidecar
+//	examples/vllm-sidecar-dp   the same with 2 data-parallel ranks, a bridge per rank
 //	Dockerfile                 the one image of every role (reviewed, not built, in CI)
 //
 // The package has no Go API. Its tests build every kustomization with the

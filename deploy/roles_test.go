@@ -256,7 +256,7 @@ func TestKvindexRoles(t *testing.T) {
 					}
 				}
 				checkListen(t, k, "metrics-listen", "metrics")
-				checkScrape(t, k)
+				checkScrape(t, k, podmates(kcs, k))
 				switch k.Role {
 				case "indexd":
 					port := checkListen(t, k, "listen", "grpc")
@@ -286,7 +286,8 @@ func TestKvindexRoles(t *testing.T) {
 
 // checkListen checks a --flag=host:port listen address: set, not loopback
 // (probes and other pods could not reach it), and declared as the named
-// container port. It returns the port.
+// container port (or portName-N, for the second and later containers of
+// a role in one pod: port names are unique per pod). It returns the port.
 func checkListen(t *testing.T, k *kvContainer, flag, portName string) int32 {
 	t.Helper()
 	addr, ok := k.Flags[flag]
@@ -309,25 +310,40 @@ func checkListen(t *testing.T, k *kvContainer, flag, portName string) int32 {
 	cp, ok := containerPort(k.C, intstr.FromInt32(port))
 	if !ok {
 		t.Errorf("%s: --%s port %d is not a declared container port", k, flag, port)
-	} else if cp.Name != portName {
-		t.Errorf("%s: --%s port %d is named %q, want %q", k, flag, port, cp.Name, portName)
+	} else if suffix, ok := strings.CutPrefix(cp.Name, portName+"-"); cp.Name != portName && (!ok || suffix == "") {
+		t.Errorf("%s: --%s port %d is named %q, want %q (or %s-N)", k, flag, port, cp.Name, portName, portName)
 	}
 	return port
 }
 
 // checkScrape checks the pod's Prometheus annotations point at the
-// container's --metrics-listen port.
-func checkScrape(t *testing.T, k *kvContainer) {
+// --metrics-listen port of a kvindex container of the pod (they name one
+// port per pod: with several, k's own or that of another kvindex
+// container; deploy/README.md says to scrape the rest with a PodMonitor).
+func checkScrape(t *testing.T, k *kvContainer, pod []*kvContainer) {
 	t.Helper()
-	port, err := portOf(k.Flags["metrics-listen"])
-	if err != nil {
-		return
+	var ports []string
+	for _, other := range pod {
+		if port, err := portOf(other.Flags["metrics-listen"]); err == nil {
+			ports = append(ports, strconv.Itoa(int(port)))
+		}
 	}
 	a := k.W.Template.Annotations
-	if a["prometheus.io/scrape"] != "true" || a["prometheus.io/port"] != strconv.Itoa(int(port)) || a["prometheus.io/path"] != "/metrics" {
-		t.Errorf("%s: pod annotations prometheus.io/{scrape,port,path} = %q, %q, %q; want \"true\", %q, \"/metrics\"",
-			k, a["prometheus.io/scrape"], a["prometheus.io/port"], a["prometheus.io/path"], strconv.Itoa(int(port)))
+	if a["prometheus.io/scrape"] != "true" || !slices.Contains(ports, a["prometheus.io/port"]) || a["prometheus.io/path"] != "/metrics" {
+		t.Errorf("%s: pod annotations prometheus.io/{scrape,port,path} = %q, %q, %q; want \"true\", one of %q, \"/metrics\"",
+			k, a["prometheus.io/scrape"], a["prometheus.io/port"], a["prometheus.io/path"], ports)
 	}
+}
+
+// podmates returns the kvindex containers of kcs in k's pod.
+func podmates(kcs []*kvContainer, k *kvContainer) []*kvContainer {
+	var out []*kvContainer
+	for _, other := range kcs {
+		if other.W == k.W {
+			out = append(out, other)
+		}
+	}
+	return out
 }
 
 func checkHTTPProbe(t *testing.T, k *kvContainer, kind string, pr *corev1.Probe, path string) {

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -145,16 +146,15 @@ func pemBlock(typ string, der []byte) []byte {
 // localPath writes the content of the Secret key that the container's
 // path file holds (resolveSecretFile), taken from secrets (Secret name ->
 // key -> content), under dir, and returns where.
-func localPath(t *testing.T, dir string, w *workload, k *kvContainer, file string, secrets map[string]map[string][]byte) string {
+func localPath(t *testing.T, dir string, w *workload, c *corev1.Container, file string, secrets map[string]map[string][]byte) string {
 	t.Helper()
-	c := k.C
 	sf, err := resolveSecretFile(w, c, file)
 	if err != nil {
-		t.Fatalf("%s: %v", k, err)
+		t.Fatalf("%s container %s: %v", w, c.Name, err)
 	}
 	content, ok := secrets[sf.Secret][sf.Key]
 	if !ok {
-		t.Fatalf("%s: %s is key %s of Secret %s, which the test does not issue", k, file, sf.Key, sf.Secret)
+		t.Fatalf("%s container %s: %s is key %s of Secret %s, which the test does not issue", w, c.Name, file, sf.Key, sf.Secret)
 	}
 	local := filepath.Join(dir, sf.Volume.Name, filepath.FromSlash(sf.Rel))
 	if err := os.MkdirAll(filepath.Dir(local), 0o700); err != nil {
@@ -166,6 +166,8 @@ func localPath(t *testing.T, dir string, w *workload, k *kvContainer, file strin
 	return local
 }
 
+// freeLoopbackPort returns a loopback host:port free when called (another
+// process may take it before the caller binds it; the tests accept that).
 func freeLoopbackPort(t *testing.T) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -209,7 +211,6 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	}
 	pki := newTestPKI(t, names)
 	c := etcdContainer(w)
-	etcdK := &kvContainer{W: w, C: c, Role: "etcd"}
 	pod := w.PodNames()[0]
 	env, _ := envResolver{b: b, w: w, podName: pod}.resolve(c)
 	args, _ := expandAll(c.Args, env)
@@ -241,9 +242,9 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	// The member, as configured, on loopback.
 	dir := t.TempDir()
 	tls := &cfg.ClientTLSInfo
-	tls.CertFile = localPath(t, filepath.Join(dir, "etcd"), w, etcdK, tls.CertFile, secrets)
-	tls.KeyFile = localPath(t, filepath.Join(dir, "etcd"), w, etcdK, tls.KeyFile, secrets)
-	tls.TrustedCAFile = localPath(t, filepath.Join(dir, "etcd"), w, etcdK, tls.TrustedCAFile, secrets)
+	tls.CertFile = localPath(t, filepath.Join(dir, "etcd"), w, c, tls.CertFile, secrets)
+	tls.KeyFile = localPath(t, filepath.Join(dir, "etcd"), w, c, tls.KeyFile, secrets)
+	tls.TrustedCAFile = localPath(t, filepath.Join(dir, "etcd"), w, c, tls.TrustedCAFile, secrets)
 	cfg.Dir = filepath.Join(dir, "data")
 	cfg.UnsafeNoFsync = true
 	client := url.URL{Scheme: "https", Host: freeLoopbackPort(t)}
@@ -282,7 +283,9 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 		}
 	}
 
-	dial := func(t *testing.T, e common.Etcd) error {
+	// dial connects the way the roles do (common.Etcd) and writes and reads
+	// a key.
+	dial := func(e common.Etcd) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		e.Endpoints = []string{client.String()}
@@ -308,10 +311,10 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 			local := map[string]string{}
 			for flag := range etcdTLSFlags {
 				if f := k.Flags[flag]; f != "" {
-					local[flag] = localPath(t, filepath.Join(dir, k.W.Name), k.W, k, f, secrets)
+					local[flag] = localPath(t, filepath.Join(dir, k.W.Name), k.W, k.C, f, secrets)
 				}
 			}
-			err := dial(t, common.Etcd{DialTimeout: 5 * time.Second, CACert: local["etcd-cacert"], Cert: local["etcd-cert"], Key: local["etcd-key"]})
+			err := dial(common.Etcd{DialTimeout: 5 * time.Second, CACert: local["etcd-cacert"], Cert: local["etcd-cert"], Key: local["etcd-key"]})
 			if err != nil {
 				t.Fatalf("with its flags %v: %v", local, err)
 			}
@@ -322,7 +325,7 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	}
 	// etcdctl inside a member: the server certificate as a client one.
 	t.Run("etcdctl_in_member", func(t *testing.T) {
-		if err := dial(t, common.Etcd{DialTimeout: 5 * time.Second, CACert: tls.TrustedCAFile, Cert: tls.CertFile, Key: tls.KeyFile}); err != nil {
+		if err := dial(common.Etcd{DialTimeout: 5 * time.Second, CACert: tls.TrustedCAFile, Cert: tls.CertFile, Key: tls.KeyFile}); err != nil {
 			t.Fatalf("the server certificate as a client certificate: %v", err)
 		}
 	})

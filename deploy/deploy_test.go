@@ -34,6 +34,7 @@ var requiredBuilds = []string{
 	"overlays/prod-tls",
 	"overlays/strimzi",
 	"examples/vllm-sidecar",
+	"examples/vllm-sidecar-dp",
 }
 
 // object is one resource of a build's output.

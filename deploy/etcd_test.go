@@ -242,9 +242,22 @@ func checkEtcdMember(t *testing.T, w *workload, c *corev1.Container, m *etcdMemb
 			}
 		}
 	}
-	for _, f := range []string{cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile, cfg.ClientTLSInfo.TrustedCAFile, cfg.Dir} {
-		if f != "" && !underMount(c, f) {
-			t.Errorf("%s: %s is on no volume mount", where, f)
+	if !underMount(c, cfg.Dir) {
+		t.Errorf("%s: data dir %s is on no volume mount", where, cfg.Dir)
+	}
+	if tls {
+		// Mutual TLS: a client needs a certificate from the CA etcd trusts
+		// (etcd demands one as soon as it has a trusted CA file; the
+		// setting says so explicitly).
+		if !cfg.ClientTLSInfo.ClientCertAuth || cfg.ClientTLSInfo.TrustedCAFile == "" {
+			t.Errorf("%s: client TLS without client-cert-auth and a trusted CA; set ETCD_CLIENT_CERT_AUTH=true and ETCD_TRUSTED_CA_FILE (mutual TLS)", where)
+		}
+		for _, f := range []struct{ setting, file, key string }{
+			{"ETCD_CERT_FILE", cfg.ClientTLSInfo.CertFile, "tls.crt"},
+			{"ETCD_KEY_FILE", cfg.ClientTLSInfo.KeyFile, "tls.key"},
+			{"ETCD_TRUSTED_CA_FILE", cfg.ClientTLSInfo.TrustedCAFile, "ca.crt"},
+		} {
+			checkTLSFile(t, where, w, c, f.setting, f.file, f.key)
 		}
 	}
 	if !underClaim(w, c, cfg.Dir) {
@@ -265,14 +278,19 @@ func checkEtcdClients(t *testing.T, b *build, w *workload, m *etcdMember, client
 	t.Helper()
 	kcs, _ := kvContainers(b)
 	scheme := "http"
+	var serverSecret string
 	if !m.Cfg.ClientTLSInfo.Empty() {
 		scheme = "https"
+		if sf, err := resolveSecretFile(w, etcdContainer(w), m.Cfg.ClientTLSInfo.KeyFile); err == nil {
+			serverSecret = sf.Secret
+		}
 	}
 	var clients int
 	for _, k := range kcs {
-		if k.Role == "ingester" {
-			if n, err := strconv.ParseUint(k.Flags["max-txn-ops"], 10, 32); err != nil || uint(n) > m.Cfg.MaxTxnOps {
-				t.Errorf("%s: --max-txn-ops=%s must be a number <= etcd's max-txn-ops %d", k, k.Flags["max-txn-ops"], m.Cfg.MaxTxnOps)
+		if k.Role == "ingester" && k.Cmd != nil {
+			// The effective value: the flag as given, or its default.
+			if n, err := k.Cmd.Flags().GetInt("max-txn-ops"); err != nil || n < 0 || uint(n) > m.Cfg.MaxTxnOps {
+				t.Errorf("%s: --max-txn-ops=%d must be <= etcd's max-txn-ops %d (%v)", k, n, m.Cfg.MaxTxnOps, err)
 			}
 			// DESIGN: the ingester keeps each transaction under 1.5 MiB,
 			// etcd's default request limit.
@@ -305,15 +323,82 @@ func checkEtcdClients(t *testing.T, b *build, w *workload, m *etcdMember, client
 		if len(seen) != int(w.Replicas) {
 			t.Errorf("%s: --etcd-endpoints names %d of the %d etcd members; list them all so the client fails over", k, len(seen), w.Replicas)
 		}
-		if scheme == "https" && k.Env["SSL_CERT_FILE"] == "" {
-			t.Errorf("%s: dials etcd over TLS but SSL_CERT_FILE does not point at etcd's CA", k)
-		} else if f := k.Env["SSL_CERT_FILE"]; f != "" && !underMount(k.C, f) {
-			t.Errorf("%s: SSL_CERT_FILE %s is on no volume mount", k, f)
-		}
+		checkClientTLS(t, k, scheme == "https", serverSecret)
 	}
 	if clients == 0 {
 		t.Errorf("etcd runs but no kvindex container dials it")
 	}
+	// Only etcd holds its server key.
+	for _, k := range kcs {
+		for _, v := range k.W.Template.Spec.Volumes {
+			if serverSecret != "" && v.Secret != nil && v.Secret.SecretName == serverSecret {
+				t.Errorf("%s: its pod mounts etcd's server Secret %s; the roles get their own client Secret", k, serverSecret)
+			}
+		}
+	}
+}
+
+// etcdTLSFlags maps the kvindex roles' etcd TLS flags (etcdctl's names,
+// internal/cli/common) to the key of the client Secret each reads.
+var etcdTLSFlags = map[string]string{
+	"etcd-cacert": "ca.crt",
+	"etcd-cert":   "tls.crt",
+	"etcd-key":    "tls.key",
+}
+
+// checkClientTLS checks a role's etcd TLS flags: with TLS on etcd's client
+// port, all three set, each a readable file of the key it names in one
+// client Secret (not etcd's server Secret); without TLS, none set. The
+// process-wide SSL_CERT_FILE is never the way.
+func checkClientTLS(t *testing.T, k *kvContainer, tls bool, serverSecret string) {
+	t.Helper()
+	if f := k.Env["SSL_CERT_FILE"]; f != "" {
+		t.Errorf("%s: sets SSL_CERT_FILE=%s, which replaces the system roots of the whole process; use --etcd-cacert", k, f)
+	}
+	if !tls {
+		for _, flag := range keys(etcdTLSFlags) {
+			if k.Flags[flag] != "" {
+				t.Errorf("%s: sets --%s but etcd serves plain http", k, flag)
+			}
+		}
+		return
+	}
+	secrets := map[string]bool{}
+	for _, flag := range keys(etcdTLSFlags) {
+		file := k.Flags[flag]
+		if file == "" {
+			t.Errorf("%s: etcd requires mutual TLS, so --%s must be set (--etcd-cacert, --etcd-cert and --etcd-key)", k, flag)
+			continue
+		}
+		if sf := checkTLSFile(t, k.String(), k.W, k.C, "--"+flag, file, etcdTLSFlags[flag]); sf != nil {
+			secrets[sf.Secret] = true
+		}
+	}
+	if len(secrets) > 1 {
+		t.Errorf("%s: the etcd TLS flags read %d Secrets %v; the client certificate, key and CA come from one", k, len(secrets), keys(secrets))
+	}
+	if secrets[serverSecret] {
+		t.Errorf("%s: reads etcd's server Secret %s; the roles use their own client certificate", k, serverSecret)
+	}
+}
+
+// checkTLSFile checks that a TLS file a setting names is the given key of
+// a Secret volume, readable by the container's user. It returns the file,
+// or nil after reporting why not.
+func checkTLSFile(t *testing.T, where string, w *workload, c *corev1.Container, setting, file, key string) *secretFile {
+	t.Helper()
+	sf, err := resolveSecretFile(w, c, file)
+	if err != nil {
+		t.Errorf("%s: %s: %v", where, setting, err)
+		return nil
+	}
+	if sf.Key != key {
+		t.Errorf("%s: %s=%s is key %q of Secret %s, want %q", where, setting, file, sf.Key, sf.Secret, key)
+	}
+	if !readableBy(w, c, sf.Mode) {
+		t.Errorf("%s: %s=%s has mode %#o, which the container's non-root user cannot read (set the pod's fsGroup, or widen the mode)", where, setting, file, sf.Mode)
+	}
+	return sf
 }
 
 // memberOrdinal returns N when host is the stable DNS name of member N of

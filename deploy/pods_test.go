@@ -14,10 +14,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// externalSecrets are Secrets the manifests mount but do not create; the
-// operator creates them (deploy/README.md says how).
-var externalSecrets = map[string]bool{
-	"kvindex-etcd-tls": true,
+// externalSecrets are Secrets the manifests mount but do not create, with
+// the keys deploy/README.md says they hold; the operator creates them.
+var externalSecrets = map[string][]string{
+	"kvindex-etcd-tls":        {"ca.crt", "tls.crt", "tls.key"},
+	"kvindex-etcd-client-tls": {"ca.crt", "tls.crt", "tls.key"},
 }
 
 // rootExempt lists containers, by name, allowed to run as root with a
@@ -296,8 +297,16 @@ func checkPod(t *testing.T, b *build, w *workload) {
 		if !mounted[v.Name] {
 			t.Errorf("%s: volume %q is mounted by no container", w, v.Name)
 		}
-		if v.Secret != nil && !externalSecrets[v.Secret.SecretName] && !hasObject(b, "Secret", v.Secret.SecretName) {
-			t.Errorf("%s: volume %q: Secret %q is neither in the build nor a documented external Secret", w, v.Name, v.Secret.SecretName)
+		if v.Secret != nil {
+			documented, external := externalSecrets[v.Secret.SecretName]
+			if !external && !hasObject(b, "Secret", v.Secret.SecretName) {
+				t.Errorf("%s: volume %q: Secret %q is neither in the build nor a documented external Secret", w, v.Name, v.Secret.SecretName)
+			}
+			for _, item := range v.Secret.Items {
+				if external && !slices.Contains(documented, item.Key) {
+					t.Errorf("%s: volume %q projects key %q, which the documented Secret %s does not hold (%v)", w, v.Name, item.Key, v.Secret.SecretName, documented)
+				}
+			}
 		}
 		if v.ConfigMap != nil && configMap(b, v.ConfigMap.Name) == nil {
 			t.Errorf("%s: volume %q: no ConfigMap %q in the build", w, v.Name, v.ConfigMap.Name)

@@ -7,12 +7,16 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // The sizing inputs a workload was sized for, as annotations on it.
@@ -41,9 +45,12 @@ var sizingFigures = []string{
 	"etcd_list_keys_per_second",
 	"cold_start_factor",
 	"compaction_list_multiple",
+	"indexd_ready_seconds_1m",
+	"indexd_ready_seconds_5m",
 }
 
-// readSizingTable parses the rows "| `name` | value | ..." of README.md.
+// readSizingTable parses the rows "| `name` | value | ..." of README.md's
+// section "## Sizing".
 func readSizingTable(path string) (map[string]float64, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -51,9 +58,13 @@ func readSizingTable(path string) (map[string]float64, error) {
 	}
 	figures := map[string]float64{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
+	inSizing := false
 	for sc.Scan() {
 		line := strings.TrimSpace(sc.Text())
-		if !strings.HasPrefix(line, "| `") {
+		if strings.HasPrefix(line, "## ") {
+			inSizing = line == "## Sizing"
+		}
+		if !inSizing || !strings.HasPrefix(line, "| `") {
 			continue
 		}
 		cells := strings.Split(line, "|")
@@ -77,10 +88,13 @@ func readSizingTable(path string) (map[string]float64, error) {
 // "Sizing". Every result is in bytes or seconds.
 type sizing map[string]float64
 
-// etcdHistory is the number of revisions auto-compaction keeps: block-ops
-// per second times the retention.
+// etcdHistory is the most revisions periodic auto-compaction keeps: etcd
+// 3.7 compacts every min(retention, 1 h) to the revision from retention
+// ago (server/etcdserver/api/v3compactor/periodic.go), so just before a
+// compaction the history spans retention + min(retention, 1 h) of
+// block-ops.
 func (s sizing) etcdHistory(opsPerSecond float64, retention time.Duration) float64 {
-	return opsPerSecond * retention.Seconds()
+	return opsPerSecond * (retention + min(retention, time.Hour)).Seconds()
 }
 
 // etcdDB is the database size for entries live keys plus history
@@ -101,11 +115,17 @@ func (s sizing) etcdVolume(quota float64) float64 {
 	return s["etcd_volume_quota_factor"]*quota + s["etcd_volume_extra_bytes"]
 }
 
-// retentionMin is compaction_list_multiple x the time an indexd takes to
-// list entries keys, at the cold-start goal's pace.
-func (s sizing) retentionMin(entries float64) time.Duration {
-	secs := s["compaction_list_multiple"] * s["cold_start_factor"] * entries / s["etcd_list_keys_per_second"]
+// listBound is the bound on the time an indexd takes to list entries
+// keys: the measured unpaged Get pace times the cold-start goal.
+func (s sizing) listBound(entries float64) time.Duration {
+	secs := s["cold_start_factor"] * entries / s["etcd_list_keys_per_second"]
 	return time.Duration(secs * float64(time.Second))
+}
+
+// retentionMin is compaction_list_multiple x listBound: the shortest
+// auto-compaction retention, and the shortest startup window of indexd.
+func (s sizing) retentionMin(entries float64) time.Duration {
+	return time.Duration(s["compaction_list_multiple"] * float64(s.listBound(entries)))
 }
 
 func (s sizing) indexdMemory(entries float64) float64 {
@@ -124,6 +144,16 @@ func TestSizing(t *testing.T) {
 		}
 	}
 	s := sizing(figs)
+	// The bound must hold where it was measured.
+	for _, m := range []struct {
+		entries float64
+		figure  string
+	}{{1e6, "indexd_ready_seconds_1m"}, {5e6, "indexd_ready_seconds_5m"}} {
+		if bound, measured := s.listBound(m.entries), time.Duration(s[m.figure]*float64(time.Second)); bound < measured {
+			t.Errorf("the list-time bound for %.0f entries, %v = cold_start_factor x entries / etcd_list_keys_per_second, is under the measured %v (%s)",
+				m.entries, bound, measured, m.figure)
+		}
+	}
 	var checked int
 	for _, b := range bs {
 		etcds, indexds := byComponent(b, "etcd"), byComponent(b, "indexd")
@@ -141,6 +171,14 @@ func TestSizing(t *testing.T) {
 				}
 				checkMemory(t, w, c, s.indexdMemory(entries),
 					fmt.Sprintf("indexd_relist_factor x %.0f entries x indexd_bytes_per_entry + indexd_baseline_bytes", entries))
+				// A first list slower than the startup window restarts the
+				// replica, which starts the list over.
+				if pr := c.StartupProbe; pr == nil {
+					t.Errorf("%s: no startup probe; the first list of %.0f entries may take up to %v", w, entries, s.listBound(entries))
+				} else if window, min := time.Duration(pr.PeriodSeconds*pr.FailureThreshold)*time.Second, s.retentionMin(entries); window < min {
+					t.Errorf("%s: startup probe window %v (periodSeconds x failureThreshold) is under %v = compaction_list_multiple x the list-time bound for %.0f entries",
+						w, window, min, entries)
+				}
 			}
 			for _, w := range etcds {
 				e := annotation(t, w, annotEntries)
@@ -229,16 +267,18 @@ func TestSizingFormulas(t *testing.T) {
 		"etcd_volume_quota_factor": 2, "etcd_volume_extra_bytes": 7,
 		"etcd_list_keys_per_second": 1000, "cold_start_factor": 1.25, "compaction_list_multiple": 10,
 	}
-	h := s.etcdHistory(10, time.Minute) // 600 revisions
+	h := s.etcdHistory(5, time.Minute) // 5 x (60 + 60) = 600 revisions
 	cases := []struct {
 		name      string
 		got, want float64
 	}{
 		{name: "history", got: h, want: 600},
+		{name: "history_past_an_hour", got: s.etcdHistory(1, 3*time.Hour), want: 4 * 3600},
 		{name: "etcd_db", got: s.etcdDB(400, h), want: 1000 * 180},
 		{name: "etcd_quota_min", got: s.etcdQuotaMin(400, h), want: 2 * 1000 * 180},
 		{name: "etcd_memory", got: s.etcdMemory(400, h), want: 2*1000*220 + 500},
 		{name: "etcd_volume", got: s.etcdVolume(100), want: 207},
+		{name: "list_bound_seconds", got: s.listBound(2000).Seconds(), want: 1.25 * 2},
 		{name: "retention_min_seconds", got: s.retentionMin(2000).Seconds(), want: 10 * 1.25 * 2},
 		{name: "indexd_memory", got: s.indexdMemory(1000), want: 2*1000*48 + 1000},
 	}
@@ -248,5 +288,64 @@ func TestSizingFormulas(t *testing.T) {
 				t.Errorf("got %v, want %v", tc.got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSizingCitations: every BENCHMARKS.md section README.md cites exists,
+// so a measured figure names where it was measured.
+func TestSizingCitations(t *testing.T) {
+	builds(t) // sets deployRoot
+	readme, err := os.ReadFile(filepath.Join(deployRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	bench, err := os.ReadFile(filepath.Join(filepath.Dir(deployRoot), "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	headings := map[string]bool{}
+	for _, line := range strings.Split(string(bench), "\n") {
+		if h, ok := strings.CutPrefix(line, "#"); ok {
+			headings[strings.TrimSpace(strings.TrimLeft(h, "#"))] = true
+		}
+	}
+	cites := regexp.MustCompile(`BENCHMARKS\.md,\s+"([^"]+)"`).FindAllStringSubmatch(string(readme), -1)
+	if len(cites) == 0 {
+		t.Fatal("README.md cites no BENCHMARKS.md section; its measured figures must say where they come from")
+	}
+	for _, c := range cites {
+		if !headings[c[1]] {
+			t.Errorf("README.md cites BENCHMARKS.md, %q, which has no such section", c[1])
+		}
+	}
+}
+
+// TestKeyBytes pins what the sizing table says of key_bytes to the key
+// schema: a block key is 42 bytes plus the model, the pod and the rank's
+// digits; the example is 64 bytes; and key_bytes allows 57 bytes of model
+// and pod names.
+func TestKeyBytes(t *testing.T) {
+	builds(t)
+	figs, err := readSizingTable(filepath.Join(deployRoot, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ks := keyspace.Default()
+	key := func(model, pod string, rank uint32) int {
+		return len(ks.BlockKey(keyspace.Endpoint{Model: model, Pod: pod, Rank: rank}, tier.CPU, 0x0123456789abcdef))
+	}
+	if got := key("qwen3-8b", "10.0.0.5:8000", 0); got != 64 {
+		t.Errorf("the example block key is %d bytes, README.md says 64", got)
+	}
+	for _, ep := range []struct {
+		model, pod string
+		rank       uint32
+	}{{"m", "p", 0}, {"qwen3-8b", "10.0.0.5:8000", 7}, {"model", "pod", 12}} {
+		if overhead := key(ep.model, ep.pod, ep.rank) - len(ep.model) - len(ep.pod) - len(strconv.Itoa(int(ep.rank))); overhead != 42 {
+			t.Errorf("%+v: a block key is 42 bytes plus the names and rank, README.md says; it is %d", ep, overhead)
+		}
+	}
+	if allowed := figs["key_bytes"] - 42 - 1; allowed != 57 {
+		t.Errorf("key_bytes %v allows %v bytes of model and pod names with a one-digit rank; README.md says 57", figs["key_bytes"], allowed)
 	}
 }

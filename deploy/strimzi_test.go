@@ -285,3 +285,75 @@ func configInt(v any) (int64, error) {
 		return 0, fmt.Errorf("%v (%T) is not an integer", v, v)
 	}
 }
+
+// kafkaDefaultMaxMessageBytes is Kafka's default message.max.bytes, the
+// largest record batch a topic accepts unless it or its cluster sets more.
+const kafkaDefaultMaxMessageBytes = 1048588
+
+// bridgeRecordOverhead is what docs/bridge.md says a topic must allow
+// beyond the bridge's --max-record-bytes (headers and batch framing).
+const bridgeRecordOverhead = 2048
+
+// TestTopicTakesBridgeRecords: every KV event topic accepts the largest
+// record any bridge produces (--max-record-bytes + 2 KiB, docs/bridge.md),
+// effective values across builds, since the bridges (examples) and the
+// topic (overlays/strimzi) meet in one cluster. A refused record stops the
+// bridge with an error.
+func TestTopicTakesBridgeRecords(t *testing.T) {
+	var largest int
+	var from *kvContainer
+	var topics int
+	for _, b := range okBuilds(t) {
+		kcs, _ := kvContainers(b)
+		for _, k := range kcs {
+			if k.Role != "bridge" || k.Cmd == nil {
+				continue
+			}
+			n, err := k.Cmd.Flags().GetInt("max-record-bytes")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n > largest {
+				largest, from = n, k
+			}
+		}
+	}
+	if from == nil {
+		t.Fatal("no bridge in the builds")
+	}
+	for _, b := range okBuilds(t) {
+		kafkas := map[string]*strimziKafka{}
+		for _, k := range typed[strimziKafka](b) {
+			kafkas[k.Metadata.Name] = k
+		}
+		for _, tp := range typed[strimziTopic](b) {
+			topics++
+			limit, source := int64(kafkaDefaultMaxMessageBytes), "Kafka's default message.max.bytes"
+			if k := kafkas[tp.Metadata.Labels[strimziClusterLabel]]; k != nil && k.Spec != nil && k.Spec.Kafka != nil {
+				if v, ok := k.Spec.Kafka.Config["message.max.bytes"]; ok {
+					n, err := configInt(v)
+					if err != nil {
+						t.Fatalf("Kafka %s: message.max.bytes: %v", k.Metadata.Name, err)
+					}
+					limit, source = n, "the cluster's message.max.bytes"
+				}
+			}
+			if tp.Spec != nil {
+				if v, ok := tp.Spec.Config["max.message.bytes"]; ok {
+					n, err := configInt(v)
+					if err != nil {
+						t.Fatalf("KafkaTopic %s: max.message.bytes: %v", tp.Metadata.Name, err)
+					}
+					limit, source = n, "its max.message.bytes"
+				}
+			}
+			if need := int64(largest + bridgeRecordOverhead); limit < need {
+				t.Errorf("%s: KafkaTopic %s accepts %d bytes (%s), under %s's --max-record-bytes %d + %d",
+					b.Dir, tp.Metadata.Name, limit, source, from, largest, bridgeRecordOverhead)
+			}
+		}
+	}
+	if topics == 0 {
+		t.Fatal("no KafkaTopic in the builds (overlays/strimzi should have one)")
+	}
+}

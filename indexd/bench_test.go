@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -33,7 +34,7 @@ var benchShapes = []indexShape{
 }
 
 type indexFixture struct {
-	ix      *index
+	ix      *index.Index
 	model   string
 	prompts [][]uint64 // each a full query: system prefix (if any) + prompt blocks
 	entries uint64
@@ -44,19 +45,14 @@ func buildIndex(tb testing.TB, s indexShape, seed uint64) *indexFixture {
 	tb.Helper()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	ks := keyspace.Default()
-	ix := newIndex(ks)
+	ix := index.New(ks)
 	f := &indexFixture{ix: ix, model: "meta-llama/Llama-3.1-8B-Instruct"}
-	ids := make([]uint32, s.endpoints)
+	ids := make([]keyspace.Endpoint, s.endpoints)
 	for i := range ids {
-		ep := keyspace.Endpoint{Model: f.model, Pod: fmt.Sprintf("default/vllm-%d", i)}
-		id, err := ix.intern(ep, ks.EndpointBlocksPrefix(ep))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ids[i] = id
+		ids[i] = keyspace.Endpoint{Model: f.model, Pod: fmt.Sprintf("default/vllm-%d", i)}
 	}
-	put := func(id uint32, t tier.Tier, h uint64) {
-		if err := ix.putID(id, t, h); err != nil {
+	put := func(id keyspace.Endpoint, t tier.Tier, h uint64) {
+		if err := ix.Put(id, t, h); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -90,7 +86,7 @@ func buildIndex(tb testing.TB, s indexShape, seed uint64) *indexFixture {
 		}
 		f.prompts = append(f.prompts, q)
 	}
-	f.entries = ix.entries
+	f.entries = ix.Stats().Entries
 	return f
 }
 
@@ -103,16 +99,16 @@ func BenchmarkLookup(b *testing.B) {
 	for _, s := range benchShapes {
 		b.Run(s.name, func(b *testing.B) {
 			f := buildIndex(b, s, 1)
-			ref := make(map[uint64]uint32, f.ix.stats().Blocks)
-			for _, t := range f.ix.tables {
-				for h, v := range t.blocks {
-					ref[h] = v
+			ref := make(map[uint64]uint32, f.ix.Stats().Blocks)
+			for _, q := range f.prompts {
+				for _, h := range q {
+					ref[h]++
 				}
 			}
 			// Visit prompts in a shuffled order so neither side gets a
 			// warm cache from the previous query.
 			order := rand.New(rand.NewPCG(2, 2)).Perm(len(f.prompts))
-			var sc lookupScratch
+			var sc index.Scratch
 			var sink uint32
 			var lookupTime, mapTime time.Duration
 			hashes := 0

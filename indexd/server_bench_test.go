@@ -283,7 +283,7 @@ func indexdColdStart(b *testing.B, endpoints []string, n int) (float64, float64)
 	go func() { done <- srv.Run(ctx) }()
 	waitReady(b, srv)
 	d := time.Since(start)
-	if st := srv.refl.current().stats(); st.Entries != uint64(n) {
+	if st := srv.refl.current().Stats(); st.Entries != uint64(n) {
 		b.Fatalf("indexd holds %d entries, want %d", st.Entries, n)
 	}
 	heap := float64(liveHeap()-before) / float64(n)

@@ -1,0 +1,228 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/logging"
+)
+
+// IngestConfig configures RunIngest.
+type IngestConfig struct {
+	// Stream is the KV-event stream to ingest (BuildStream). Required.
+	Stream *Stream
+	// Partitions is the topic's partition count, and so the number of
+	// ingester workers and of reference writers. Default 4.
+	Partitions int32
+	// MaxTxnOps is the ingester's --max-txn-ops. Default the ingester's
+	// (128).
+	MaxTxnOps int
+	// Rounds is how many times the reference and the timed ingest run,
+	// alternating which goes first. Default 1.
+	Rounds int
+	// Logger receives the components' logs. Default: discard.
+	Logger *slog.Logger
+}
+
+func (c *IngestConfig) defaults() error {
+	if c.Stream == nil || len(c.Stream.Records) == 0 {
+		return fmt.Errorf("bench: ingest needs a stream")
+	}
+	if c.Partitions <= 0 {
+		c.Partitions = 4
+	}
+	if c.Rounds <= 0 {
+		c.Rounds = 1
+	}
+	if c.Logger == nil {
+		c.Logger = logging.Discard()
+	}
+	return nil
+}
+
+// IngestResult is what RunIngest measured, summed over its rounds.
+type IngestResult struct {
+	Partitions int32
+	Rounds     int
+	// Records and Events are one round's stream.
+	Records, Events int
+	// IngestOps are the block operations the timed ingesters wrote
+	// (after coalescing); IngestTime is from Run's start (group join,
+	// claims and first fetch included) until every stored offset was past
+	// the produced records; SteadyTime from the first write transaction
+	// to the same moment.
+	IngestOps              int64
+	IngestTime, SteadyTime time.Duration
+	// RefOps are the block operations of the captured transactions the
+	// reference wrote, RefTime its time, RefTxns their count per round.
+	RefOps  int64
+	RefTime time.Duration
+	RefTxns int
+}
+
+// IngestRate is the ingest block-ops/s, Run's start included.
+func (r *IngestResult) IngestRate() float64 { return float64(r.IngestOps) / r.IngestTime.Seconds() }
+
+// SteadyRate is the ingest block-ops/s from the first transaction on.
+func (r *IngestResult) SteadyRate() float64 { return float64(r.IngestOps) / r.SteadyTime.Seconds() }
+
+// RawRate is the reference's block-ops/s: the raw etcd limit.
+func (r *IngestResult) RawRate() float64 { return float64(r.RefOps) / r.RefTime.Seconds() }
+
+// Figures returns the ingest figures: the rate against the raw etcd
+// limit (goal ≥ 0.8), the steady rate, and the raw limit itself.
+func (r *IngestResult) Figures() []Figure {
+	labels := map[string]string{"partitions": fmt.Sprint(r.Partitions), "rounds": fmt.Sprint(r.Rounds)}
+	ref := "same txns straight to etcd"
+	return []Figure{
+		{Name: "ingest_block_ops_per_second", Labels: labels, Value: r.IngestRate(), Unit: "block-ops/s",
+			Reference: r.RawRate(), HasReference: true, RefName: ref, Goal: &Goal{Target: 0.8, OnRatio: true}},
+		{Name: "ingest_steady_block_ops_per_second", Labels: labels, Value: r.SteadyRate(), Unit: "block-ops/s",
+			Reference: r.RawRate(), HasReference: true, RefName: ref},
+		{Name: "raw_etcd_block_ops_per_second", Labels: labels, Value: r.RawRate(), Unit: "block-ops/s"},
+	}
+}
+
+// RunIngest measures DESIGN's ingest goal: block operations per second
+// through Kafka → ingester → etcd against the same transactions written
+// straight to etcd by as many concurrent writers (one per partition).
+//
+// The stream is produced to a fresh topic before anything is timed (so
+// the broker does not compete for CPU while timing). A capture run records
+// every write transaction the ingester commits; then each round runs the
+// reference (the captured transactions, rawWrite) and a timed ingester
+// over the same records, alternating which goes first. Capture, reference
+// and timed runs each get a fresh embedded etcd, so both measured runs
+// start from an empty database.
+func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger
+	const topic = "bench-ingest"
+	kafka, err := startKafka(log, topic, cfg.Partitions)
+	if err != nil {
+		return nil, err
+	}
+	defer kafka.Close()
+	prod, err := newProducer(kafka.ListenAddrs(), log)
+	if err != nil {
+		return nil, err
+	}
+	end, err := produceAll(ctx, prod, cfg.Stream, topic)
+	prod.Close()
+	if err != nil {
+		return nil, err
+	}
+	capture, err := captureRun(ctx, cfg.Partitions, cfg.MaxTxnOps, log, kafka.ListenAddrs(), topic, end)
+	if err != nil {
+		return nil, err
+	}
+	res := &IngestResult{Partitions: cfg.Partitions, Rounds: cfg.Rounds, Records: len(cfg.Stream.Records),
+		Events: cfg.Stream.Events, RefTxns: capture.transactions()}
+	ks := keyspace.Default()
+	reference := func() error {
+		node, err := startEtcd(ctx, log, etcdOptions{})
+		if err != nil {
+			return err
+		}
+		defer node.close()
+		d, err := capture.rawWrite(ctx, node.cli, topic)
+		if err != nil {
+			return err
+		}
+		res.RefOps += capture.blockOps()
+		res.RefTime += d
+		return nil
+	}
+	timed := func() error {
+		node, err := startEtcd(ctx, log, etcdOptions{})
+		if err != nil {
+			return err
+		}
+		defer node.close()
+		cli, err := node.client()
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		var mu sync.Mutex
+		var first time.Time
+		var ops int64
+		began := time.Now()
+		ir, err := startIngester(ctx, ingesterOptions{cli: cli, brokers: kafka.ListenAddrs(), topic: topic,
+			partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, log: log,
+			beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
+				mu.Lock()
+				if first.IsZero() {
+					first = time.Now()
+				}
+				ops += int64(info.BlockOps)
+				mu.Unlock()
+				return nil
+			}})
+		if err != nil {
+			return err
+		}
+		done, werr := waitApplied(ctx, node.cli, ks, topic, end)
+		if err := ir.stop(); err != nil && werr == nil {
+			werr = fmt.Errorf("bench: ingester: %w", err)
+		}
+		if werr != nil {
+			return werr
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		res.IngestOps += ops
+		res.IngestTime += done.Sub(began)
+		res.SteadyTime += done.Sub(first)
+		return nil
+	}
+	for round := range cfg.Rounds {
+		steps := []func() error{reference, timed}
+		if round%2 == 1 {
+			steps[0], steps[1] = steps[1], steps[0]
+		}
+		for _, step := range steps {
+			if err := step(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return res, nil
+}
+
+// captureRun ingests the produced records once into a fresh etcd and
+// returns the write transactions the ingester committed.
+func captureRun(ctx context.Context, partitions int32, maxTxnOps int, log *slog.Logger, brokers []string, topic string, end map[int32]int64) (*txnCapture, error) {
+	ks := keyspace.Default()
+	node, err := startEtcd(ctx, log, etcdOptions{})
+	if err != nil {
+		return nil, err
+	}
+	defer node.close()
+	capture := newTxnCapture(ks)
+	cli, err := node.client(capture.dialOption())
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ir, err := startIngester(ctx, ingesterOptions{cli: cli, brokers: brokers, topic: topic,
+		partitions: partitions, maxTxnOps: maxTxnOps, log: log})
+	if err != nil {
+		return nil, err
+	}
+	_, werr := waitApplied(ctx, node.cli, ks, topic, end)
+	if err := ir.stop(); err != nil && werr == nil {
+		werr = fmt.Errorf("bench: capture ingester: %w", err)
+	}
+	if werr != nil {
+		return nil, werr
+	}
+	return capture, nil
+}

@@ -88,7 +88,9 @@ func (c *LookupCost) Step(i int) error {
 func (c *LookupCost) Rotation() int { return len(c.order) }
 
 // LookupNs is Lookup's nanoseconds per hash so far.
-func (c *LookupCost) LookupNs() float64 { return float64(c.LookupTime.Nanoseconds()) / float64(c.Hashes) }
+func (c *LookupCost) LookupNs() float64 {
+	return float64(c.LookupTime.Nanoseconds()) / float64(c.Hashes)
+}
 
 // MapNs is the reference's nanoseconds per hash so far.
 func (c *LookupCost) MapNs() float64 { return float64(c.MapTime.Nanoseconds()) / float64(c.Hashes) }

@@ -194,6 +194,7 @@ type ingesterOptions struct {
 	topic      string
 	partitions int32
 	maxTxnOps  int
+	windowOps  int
 	beforeTxn  func(context.Context, ingester.TxnInfo) error
 	log        *slog.Logger
 }
@@ -220,6 +221,9 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	cfg.RebalanceTimeout = 1500 * time.Millisecond
 	if o.maxTxnOps > 0 {
 		cfg.MaxTxnOps = o.maxTxnOps
+	}
+	if o.windowOps > 0 {
+		cfg.WindowOps = o.windowOps
 	}
 	cfg.BeforeTxn = o.beforeTxn
 	cfg.Logger = o.log.With("component", "ingester")

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
@@ -41,6 +43,9 @@ type FleetConfig struct {
 	MaxInFlight int
 	// BarrierTimeout bounds each probe's wait. Default 30 s.
 	BarrierTimeout time.Duration
+	// WindowOps is the ingesters' Config.WindowOps (the block operations
+	// that end a batch window). Default the ingester's.
+	WindowOps int
 	// Profile, when set, receives a CPU profile (pprof) of the paced run.
 	Profile io.Writer
 	// Logger receives the components' logs. Default: discard.
@@ -83,6 +88,9 @@ type FleetResult struct {
 	CeilingOps  int64
 	CeilingTime time.Duration
 	CeilingTxns int
+	// CeilingWriters are the raw writers' shares: pods hash to
+	// partitions unevenly, and the ceiling's time is its slowest writer's.
+	CeilingWriters []WriterShare
 	// TargetRate is the pace in stream block-ops/s (0: unpaced) and
 	// Fraction that pace over the ceiling (0: unpaced).
 	TargetRate, Fraction float64
@@ -95,6 +103,14 @@ type FleetResult struct {
 	// endpoint holding at least one block of its request.
 	Freshness Latencies
 	Visible   int
+	// Acks, Sent and Shown split each probed record's freshness into
+	// stages: Acks from being handed to the producer to the broker's
+	// acknowledgement; Sent from then until the ingester started sending
+	// the transaction that stores an offset past the record (fetch,
+	// decode, coalescing, and the window's earlier transactions); Shown
+	// from then until the second replica answered (etcd's commit and
+	// apply, the watch, the replica's apply, the barrier's answer).
+	Acks, Sent, Shown Latencies
 	// Stalls counts records the pacer held back because MaxInFlight were
 	// unconfirmed.
 	Stalls int
@@ -190,7 +206,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, cfg.Partitions, 0, cfg.Logger, kafka.ListenAddrs(), topic, end)
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, end)
 	if err != nil {
 		return err
 	}
@@ -203,6 +219,11 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 		return err
 	}
 	res.CeilingOps, res.CeilingTxns = capture.blockOps(), capture.transactions()
+	ops := capture.partitionOps()
+	for p, d := range capture.writerTime {
+		res.CeilingWriters = append(res.CeilingWriters, WriterShare{Partition: p, Ops: ops[p], Time: d})
+	}
+	slices.SortFunc(res.CeilingWriters, func(a, b WriterShare) int { return cmp.Compare(a.Partition, b.Partition) })
 	return nil
 }
 
@@ -235,7 +256,24 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 		return err
 	}
 	stops = append(stops, func() error { icli.Close(); return nil })
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, log: log})
+	// The ingester's offset-storing transactions, per partition, in order:
+	// when each began to be sent and the next offset it stores.
+	type commitAt struct {
+		next int64
+		at   time.Time
+	}
+	var commitMu sync.Mutex
+	commits := map[int32][]commitAt{}
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, log: log,
+		beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
+			if info.Offset >= 0 {
+				at := time.Now()
+				commitMu.Lock()
+				commits[info.Partition] = append(commits[info.Partition], commitAt{next: info.Offset, at: at})
+				commitMu.Unlock()
+			}
+			return nil
+		}})
 	if err != nil {
 		return err
 	}
@@ -269,7 +307,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	}
 	var (
 		mu       sync.Mutex
-		fresh    []time.Duration
+		probed   []probeTimes
 		visible  int
 		last     = map[int32]int64{}
 		firstErr error
@@ -325,6 +363,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 				fail(fmt.Errorf("bench: producing: %w", err))
 				return
 			}
+			acked := time.Now()
 			mu.Lock()
 			last[kr.Partition] = max(last[kr.Partition], kr.Offset)
 			mu.Unlock()
@@ -338,14 +377,14 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 				defer func() { <-sem }()
 				ans, err := replicas[1].Lookup(pctx, Model, rec.Hashes, client.WithBarrier(cfg.BarrierTimeout,
 					client.PartitionOffset{Topic: topic, Partition: kr.Partition, Offset: kr.Offset}))
-				d := time.Since(t0)
+				shown := time.Now()
 				if err != nil {
 					fail(fmt.Errorf("bench: freshness probe: %w", err))
 					return
 				}
 				seen := slices.ContainsFunc(ans.Matches, func(m client.Match) bool { return m.Endpoint.Pod == rec.Pod })
 				mu.Lock()
-				fresh = append(fresh, d)
+				probed = append(probed, probeTimes{partition: kr.Partition, offset: kr.Offset, handed: t0, acked: acked, shown: shown})
 				if seen {
 					visible++
 				}
@@ -372,11 +411,47 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	if err := failed(); err != nil {
 		return err
 	}
-	if len(fresh) == 0 {
+	if len(probed) == 0 {
 		return errors.New("bench: no freshness probe completed")
 	}
-	slices.Sort(fresh)
-	res.Freshness = Latencies{Sorted: fresh, Elapsed: res.Elapsed}
+	var fresh, acks, sent, shown []time.Duration
+	commitMu.Lock()
+	defer commitMu.Unlock()
+	for _, pt := range probed {
+		fresh = append(fresh, pt.shown.Sub(pt.handed))
+		acks = append(acks, pt.acked.Sub(pt.handed))
+		cs := commits[pt.partition]
+		// The first transaction storing a next offset past the record.
+		i, _ := slices.BinarySearchFunc(cs, pt.offset+1, func(c commitAt, next int64) int { return cmp.Compare(c.next, next) })
+		if i < len(cs) {
+			sent = append(sent, cs[i].at.Sub(pt.acked))
+			shown = append(shown, pt.shown.Sub(cs[i].at))
+		}
+	}
+	res.Freshness = sortedLatencies(fresh, res.Elapsed)
+	res.Acks = sortedLatencies(acks, res.Elapsed)
+	res.Sent = sortedLatencies(sent, res.Elapsed)
+	res.Shown = sortedLatencies(shown, res.Elapsed)
 	res.Visible = visible
 	return nil
+}
+
+// WriterShare is one partition's raw writer in the ceiling measurement:
+// its block operations and when it finished.
+type WriterShare struct {
+	Partition int32
+	Ops       int64
+	Time      time.Duration
+}
+
+// probeTimes is one freshness probe's timeline.
+type probeTimes struct {
+	partition            int32
+	offset               int64
+	handed, acked, shown time.Time
+}
+
+func sortedLatencies(ds []time.Duration, elapsed time.Duration) Latencies {
+	slices.Sort(ds)
+	return Latencies{Sorted: ds, Elapsed: elapsed}
 }

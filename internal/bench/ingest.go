@@ -22,6 +22,9 @@ type IngestConfig struct {
 	// MaxTxnOps is the ingester's --max-txn-ops. Default the ingester's
 	// (128).
 	MaxTxnOps int
+	// WindowOps is the ingester's Config.WindowOps. Default the
+	// ingester's.
+	WindowOps int
 	// Rounds is how many times the reference and the timed ingest run,
 	// alternating which goes first. Default 1.
 	Rounds int
@@ -119,7 +122,8 @@ func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	capture, err := captureRun(ctx, cfg.Partitions, cfg.MaxTxnOps, log, kafka.ListenAddrs(), topic, end)
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, windowOps: cfg.WindowOps,
+		log: log, brokers: kafka.ListenAddrs(), topic: topic}, end)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +160,7 @@ func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
 		var ops int64
 		began := time.Now()
 		ir, err := startIngester(ctx, ingesterOptions{cli: cli, brokers: kafka.ListenAddrs(), topic: topic,
-			partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, log: log,
+			partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, windowOps: cfg.WindowOps, log: log,
 			beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 				mu.Lock()
 				if first.IsZero() {
@@ -197,27 +201,26 @@ func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
 	return res, nil
 }
 
-// captureRun ingests the produced records once into a fresh etcd and
-// returns the write transactions the ingester committed.
-func captureRun(ctx context.Context, partitions int32, maxTxnOps int, log *slog.Logger, brokers []string, topic string, end map[int32]int64) (*txnCapture, error) {
+// captureRun ingests the produced records once into a fresh etcd, with
+// an ingester shaped by o (its etcd client is captureRun's own), and
+// returns the write transactions it committed.
+func captureRun(ctx context.Context, o ingesterOptions, end map[int32]int64) (*txnCapture, error) {
 	ks := keyspace.Default()
-	node, err := startEtcd(ctx, log, etcdOptions{})
+	node, err := startEtcd(ctx, o.log, etcdOptions{})
 	if err != nil {
 		return nil, err
 	}
 	defer node.close()
 	capture := newTxnCapture(ks)
-	cli, err := node.client(capture.dialOption())
+	if o.cli, err = node.client(capture.dialOption()); err != nil {
+		return nil, err
+	}
+	defer o.cli.Close()
+	ir, err := startIngester(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	defer cli.Close()
-	ir, err := startIngester(ctx, ingesterOptions{cli: cli, brokers: brokers, topic: topic,
-		partitions: partitions, maxTxnOps: maxTxnOps, log: log})
-	if err != nil {
-		return nil, err
-	}
-	_, werr := waitApplied(ctx, node.cli, ks, topic, end)
+	_, werr := waitApplied(ctx, node.cli, ks, o.topic, end)
 	if err := ir.stop(); err != nil && werr == nil {
 		werr = fmt.Errorf("bench: capture ingester: %w", err)
 	}

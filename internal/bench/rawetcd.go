@@ -29,6 +29,9 @@ type txnCapture struct {
 	mu sync.Mutex
 	// txns holds copies of the requests, per partition, in commit order.
 	txns map[int32][]*pb.TxnRequest
+	// writerTime is, after rawWrite, when each partition's writer finished
+	// (from the start of the writing).
+	writerTime map[int32]time.Duration
 }
 
 func newTxnCapture(ks keyspace.Keyspace) *txnCapture {
@@ -86,6 +89,31 @@ func (c *txnCapture) blockOps() int64 {
 	return n
 }
 
+// partitionOps counts the captured block operations per partition.
+func (c *txnCapture) partitionOps() map[int32]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prefix := []byte(c.ks.BlocksPrefix())
+	out := map[int32]int64{}
+	for p, txns := range c.txns {
+		for _, t := range txns {
+			for _, op := range t.Success {
+				var k []byte
+				switch r := op.Request.(type) {
+				case *pb.RequestOp_RequestPut:
+					k = r.RequestPut.Key
+				case *pb.RequestOp_RequestDeleteRange:
+					k = r.RequestDeleteRange.Key
+				}
+				if bytes.HasPrefix(k, prefix) {
+					out[p]++
+				}
+			}
+		}
+	}
+	return out
+}
+
 // transactions counts the captured transactions.
 func (c *txnCapture) transactions() int {
 	c.mu.Lock()
@@ -139,8 +167,16 @@ func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic s
 	kv := clientv3.RetryKVClient(cli)
 	g, gctx := errgroup.WithContext(ctx)
 	began := time.Now()
-	for _, txns := range c.txns {
+	c.writerTime = map[int32]time.Duration{}
+	var wmu sync.Mutex
+	for p, txns := range c.txns {
 		g.Go(func() error {
+			defer func() {
+				d := time.Since(began)
+				wmu.Lock()
+				c.writerTime[p] = d
+				wmu.Unlock()
+			}()
 			for _, t := range txns {
 				resp, err := kv.Txn(gctx, t)
 				if err != nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/bench"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/fleetsim"
@@ -163,6 +164,7 @@ func newFleetCommand() *cobra.Command {
 		rate        float64
 		probeEvery  int
 		maxInFlight int
+		windowOps   int
 	)
 	cmd := &cobra.Command{
 		Use:   "fleet",
@@ -208,7 +210,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
-				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, Logger: log}
+				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -228,6 +230,11 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 				st.Stats.GPUHits, st.Stats.CPUHits, st.Stats.Misses)
 			r.Notef("ceiling: %d block ops (after coalescing) in %d transactions written in %s by %d writers",
 				res.CeilingOps, res.CeilingTxns, res.CeilingTime.Round(time.Millisecond), res.Partitions)
+			var shares []string
+			for _, w := range res.CeilingWriters {
+				shares = append(shares, fmt.Sprintf("partition %d: %d ops in %s", w.Partition, w.Ops, w.Time.Round(time.Millisecond)))
+			}
+			r.Notef("ceiling writers: %s", strings.Join(shares, "; "))
 			if res.TargetRate > 0 {
 				r.Notef("paced at %.0f block-ops/s (%.3g of the ceiling); the run took %s", res.TargetRate, res.Fraction, res.Elapsed.Round(time.Millisecond))
 			} else {
@@ -235,6 +242,17 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 			}
 			r.Notef("freshness probes: %d, of which %d showed the batch's endpoint; pacer stalls at the in-flight bound: %d",
 				len(res.Freshness.Sorted), res.Visible, res.Stalls)
+			for _, st := range []struct {
+				name string
+				l    bench.Latencies
+			}{
+				{"handed to the producer → acknowledged", res.Acks},
+				{"acknowledged → the ingester sends the transaction storing its offset", res.Sent},
+				{"sent → visible on the second replica", res.Shown},
+			} {
+				r.Notef("freshness stage %s: p50 %s, p99 %s, max %s", st.name, st.l.Percentile(0.5).Round(time.Microsecond),
+					st.l.Percentile(0.99).Round(time.Microsecond), st.l.Max().Round(time.Microsecond))
+			}
 			return s.write(cmd.OutOrStdout(), r)
 		},
 	}
@@ -246,6 +264,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s (overrides --fraction when positive)")
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
 	fs.IntVar(&maxInFlight, "max-in-flight", 512, "batches produced but not yet confirmed before the pacer waits")
+	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	return cmd
 }
 
@@ -263,6 +282,7 @@ func newIngestCommand() *cobra.Command {
 		stream     = bench.DefaultStreamConfig()
 		partitions int32
 		maxTxnOps  int
+		windowOps  int
 		rounds     int
 	)
 	cmd := &cobra.Command{
@@ -302,7 +322,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 			if err != nil {
 				return err
 			}
-			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, Rounds: rounds, Logger: log})
+			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, Rounds: rounds, Logger: log})
 			if perr := stop(); err == nil {
 				err = perr
 			}
@@ -323,7 +343,8 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	s.register(fs)
 	registerStream(fs, &stream)
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (ingester workers and reference writers)")
-	fs.IntVar(&maxTxnOps, "max-txn-ops", 128, "the ingester's --max-txn-ops")
+	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops")
+	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
 	return cmd
 }

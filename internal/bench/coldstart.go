@@ -101,12 +101,35 @@ func (r *ColdStartResult) Figures() []Figure {
 // RunColdStart measures DESIGN's cold-start goal: the time for a fresh
 // indexd to be ready against an etcd holding Entries block keys, against
 // the reference measured in the same run, one unpaged Get of the same
-// keys. etcd is loaded once (entries of TraceEntries written as the
-// ingester writes them: empty values, endpoint records, an offset; no
-// leases, which a list does not read; 1,024 puts per transaction from 4
-// writers); then each round takes the reference Get, the keys-only Get
-// and a fresh replica, each on a fresh client.
+// keys. It is PrepareColdStart, cfg.Rounds rounds, and Close.
 func RunColdStart(ctx context.Context, cfg ColdStartConfig) (*ColdStartResult, error) {
+	run, err := PrepareColdStart(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	for range run.cfg.Rounds {
+		if err := run.Round(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return run.Result, nil
+}
+
+// ColdStartRun is a prepared cold-start measurement: an embedded etcd
+// loaded with the entries.
+type ColdStartRun struct {
+	cfg  ColdStartConfig
+	node *etcdNode
+	// Result holds the rounds run so far.
+	Result *ColdStartResult
+}
+
+// PrepareColdStart loads a fresh embedded etcd with cfg.Entries entries
+// of TraceEntries, written as the ingester writes them (empty values,
+// endpoint records, an offset; no leases, which a list does not read),
+// 1,024 puts per transaction from 4 writers.
+func PrepareColdStart(ctx context.Context, cfg ColdStartConfig) (_ *ColdStartRun, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -118,32 +141,43 @@ func RunColdStart(ctx context.Context, cfg ColdStartConfig) (*ColdStartResult, e
 	if err != nil {
 		return nil, err
 	}
-	defer node.close()
-	res := &ColdStartResult{Entries: cfg.Entries, Endpoints: cfg.Endpoints}
+	defer func() {
+		if err != nil {
+			node.close()
+		}
+	}()
+	run := &ColdStartRun{cfg: cfg, node: node, Result: &ColdStartResult{Entries: cfg.Entries, Endpoints: cfg.Endpoints}}
 	began := time.Now()
 	if err := loadEntries(ctx, node.cli, src, cfg.Entries); err != nil {
 		return nil, err
 	}
-	res.Load = time.Since(began)
+	run.Result.Load = time.Since(began)
+	return run, nil
+}
+
+// Close stops etcd and deletes its data.
+func (r *ColdStartRun) Close() { r.node.close() }
+
+// Round takes the reference Get, the keys-only Get and a fresh replica's
+// cold start, each on a fresh client, and appends them to Result.
+func (r *ColdStartRun) Round(ctx context.Context) error {
 	ks := keyspace.Default()
-	for range cfg.Rounds {
-		d, err := timeGet(ctx, node, ks, cfg.Entries)
-		if err != nil {
-			return nil, err
-		}
-		res.Get = append(res.Get, d)
-		if d, err = timeGet(ctx, node, ks, cfg.Entries, clientv3.WithKeysOnly()); err != nil {
-			return nil, err
-		}
-		res.KeysOnlyGet = append(res.KeysOnlyGet, d)
-		d, heap, err := timeReady(ctx, node, cfg.Entries, cfg.Logger)
-		if err != nil {
-			return nil, err
-		}
-		res.Ready = append(res.Ready, d)
-		res.HeapPerEntry = append(res.HeapPerEntry, heap)
+	d, err := timeGet(ctx, r.node, ks, r.cfg.Entries)
+	if err != nil {
+		return err
 	}
-	return res, nil
+	r.Result.Get = append(r.Result.Get, d)
+	if d, err = timeGet(ctx, r.node, ks, r.cfg.Entries, clientv3.WithKeysOnly()); err != nil {
+		return err
+	}
+	r.Result.KeysOnlyGet = append(r.Result.KeysOnlyGet, d)
+	d, heap, err := timeReady(ctx, r.node, r.cfg.Entries, r.cfg.Logger)
+	if err != nil {
+		return err
+	}
+	r.Result.Ready = append(r.Result.Ready, d)
+	r.Result.HeapPerEntry = append(r.Result.HeapPerEntry, heap)
+	return nil
 }
 
 // loadEntries writes the endpoints' records, n block keys of src and an

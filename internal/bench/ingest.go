@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -93,112 +95,151 @@ func (r *IngestResult) Figures() []Figure {
 
 // RunIngest measures DESIGN's ingest goal: block operations per second
 // through Kafka → ingester → etcd against the same transactions written
-// straight to etcd by as many concurrent writers (one per partition).
-//
-// The stream is produced to a fresh topic before anything is timed (so
-// the broker does not compete for CPU while timing). A capture run records
-// every write transaction the ingester commits; then each round runs the
-// reference (the captured transactions, rawWrite) and a timed ingester
-// over the same records, alternating which goes first. Capture, reference
-// and timed runs each get a fresh embedded etcd, so both measured runs
-// start from an empty database.
+// straight to etcd by as many concurrent writers (one per partition). It
+// is PrepareIngest, cfg.Rounds rounds, and Close.
 func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
+	run, err := PrepareIngest(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer run.Close()
+	for range run.cfg.Rounds {
+		if err := run.Round(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return run.Result, nil
+}
+
+// IngestRun is a prepared ingest measurement: the stream produced to a
+// topic of an in-process broker and the captured transactions.
+type IngestRun struct {
+	cfg     IngestConfig
+	kafka   *kfake.Cluster
+	topic   string
+	end     map[int32]int64
+	capture *txnCapture
+	// Result sums the rounds run so far (Rounds counts them).
+	Result *IngestResult
+}
+
+// PrepareIngest produces the stream to a fresh topic before anything is
+// timed (so the broker does not compete for CPU while timing) and runs the
+// capture: an ingester works through the records once, into a fresh etcd,
+// while every write transaction it commits is recorded.
+func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	log := cfg.Logger
-	const topic = "bench-ingest"
-	kafka, err := startKafka(log, topic, cfg.Partitions)
+	run := &IngestRun{cfg: cfg, topic: "bench-ingest"}
+	if run.kafka, err = startKafka(cfg.Logger, run.topic, cfg.Partitions); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			run.kafka.Close()
+		}
+	}()
+	prod, err := newProducer(run.kafka.ListenAddrs(), cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
-	defer kafka.Close()
-	prod, err := newProducer(kafka.ListenAddrs(), log)
-	if err != nil {
-		return nil, err
-	}
-	end, err := produceAll(ctx, prod, cfg.Stream, topic)
+	run.end, err = produceAll(ctx, prod, cfg.Stream, run.topic)
 	prod.Close()
 	if err != nil {
 		return nil, err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, windowOps: cfg.WindowOps,
-		log: log, brokers: kafka.ListenAddrs(), topic: topic}, end)
+	run.capture, err = captureRun(ctx, run.options(), run.end)
 	if err != nil {
 		return nil, err
 	}
-	res := &IngestResult{Partitions: cfg.Partitions, Rounds: cfg.Rounds, Records: len(cfg.Stream.Records),
-		Events: cfg.Stream.Events, RefTxns: capture.transactions()}
-	ks := keyspace.Default()
-	reference := func() error {
-		node, err := startEtcd(ctx, log, etcdOptions{})
-		if err != nil {
-			return err
-		}
-		defer node.close()
-		d, err := capture.rawWrite(ctx, node.cli, topic)
-		if err != nil {
-			return err
-		}
-		res.RefOps += capture.blockOps()
-		res.RefTime += d
-		return nil
+	run.Result = &IngestResult{Partitions: cfg.Partitions, Records: len(cfg.Stream.Records),
+		Events: cfg.Stream.Events, RefTxns: run.capture.transactions()}
+	return run, nil
+}
+
+// options are the ingesters' shape (each run adds its etcd client).
+func (r *IngestRun) options() ingesterOptions {
+	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps,
+		log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
+}
+
+// Close stops the broker.
+func (r *IngestRun) Close() { r.kafka.Close() }
+
+// Round runs the reference (the captured transactions, rawWrite) and a
+// timed ingester over the same records, each on a fresh embedded etcd so
+// both start from an empty database; odd rounds run the ingester first.
+func (r *IngestRun) Round(ctx context.Context) error {
+	steps := []func(context.Context) error{r.reference, r.timed}
+	if r.Result.Rounds%2 == 1 {
+		steps[0], steps[1] = steps[1], steps[0]
 	}
-	timed := func() error {
-		node, err := startEtcd(ctx, log, etcdOptions{})
-		if err != nil {
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
 			return err
 		}
-		defer node.close()
-		cli, err := node.client()
-		if err != nil {
-			return err
-		}
-		defer cli.Close()
-		var mu sync.Mutex
-		var first time.Time
-		var ops int64
-		began := time.Now()
-		ir, err := startIngester(ctx, ingesterOptions{cli: cli, brokers: kafka.ListenAddrs(), topic: topic,
-			partitions: cfg.Partitions, maxTxnOps: cfg.MaxTxnOps, windowOps: cfg.WindowOps, log: log,
-			beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
-				mu.Lock()
-				if first.IsZero() {
-					first = time.Now()
-				}
-				ops += int64(info.BlockOps)
-				mu.Unlock()
-				return nil
-			}})
-		if err != nil {
-			return err
-		}
-		done, werr := waitApplied(ctx, node.cli, ks, topic, end)
-		if err := ir.stop(); err != nil && werr == nil {
-			werr = fmt.Errorf("bench: ingester: %w", err)
-		}
-		if werr != nil {
-			return werr
-		}
+	}
+	r.Result.Rounds++
+	return nil
+}
+
+func (r *IngestRun) reference(ctx context.Context) error {
+	node, err := startEtcd(ctx, r.cfg.Logger, etcdOptions{})
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	d, err := r.capture.rawWrite(ctx, node.cli, r.topic)
+	if err != nil {
+		return err
+	}
+	r.Result.RefOps += r.capture.blockOps()
+	r.Result.RefTime += d
+	return nil
+}
+
+func (r *IngestRun) timed(ctx context.Context) error {
+	node, err := startEtcd(ctx, r.cfg.Logger, etcdOptions{})
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	o := r.options()
+	if o.cli, err = node.client(); err != nil {
+		return err
+	}
+	defer o.cli.Close()
+	var mu sync.Mutex
+	var first time.Time
+	var ops int64
+	o.beforeTxn = func(_ context.Context, info ingester.TxnInfo) error {
 		mu.Lock()
-		defer mu.Unlock()
-		res.IngestOps += ops
-		res.IngestTime += done.Sub(began)
-		res.SteadyTime += done.Sub(first)
+		if first.IsZero() {
+			first = time.Now()
+		}
+		ops += int64(info.BlockOps)
+		mu.Unlock()
 		return nil
 	}
-	for round := range cfg.Rounds {
-		steps := []func() error{reference, timed}
-		if round%2 == 1 {
-			steps[0], steps[1] = steps[1], steps[0]
-		}
-		for _, step := range steps {
-			if err := step(); err != nil {
-				return nil, err
-			}
-		}
+	began := time.Now()
+	ir, err := startIngester(ctx, o)
+	if err != nil {
+		return err
 	}
-	return res, nil
+	done, werr := waitApplied(ctx, node.cli, keyspace.Default(), r.topic, r.end)
+	if err := ir.stop(); err != nil && werr == nil {
+		werr = fmt.Errorf("bench: ingester: %w", err)
+	}
+	if werr != nil {
+		return werr
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	r.Result.IngestOps += ops
+	r.Result.IngestTime += done.Sub(began)
+	r.Result.SteadyTime += done.Sub(first)
+	return nil
 }
 
 // captureRun ingests the produced records once into a fresh etcd, with

@@ -11,7 +11,7 @@ import (
 
 // loadTestTrace reads the bundled trace (found from the package
 // directory, as the commands find it from a clone).
-func loadTestTrace(t *testing.T) []fleetsim.Request {
+func loadTestTrace(t testing.TB) []fleetsim.Request {
 	t.Helper()
 	trace, err := LoadTrace("")
 	if err != nil {

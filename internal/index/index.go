@@ -324,7 +324,7 @@ func (ix *Index) putEndpoint(key string, value []byte) error {
 	}
 	e := &ix.eps[id]
 	e.record = true
-	rec, err := keyspace.UnmarshalEndpointRecord(value)
+	rec, err := keyspace.UnmarshalEndpointMeta(value)
 	if err != nil {
 		e.meta = endpointMeta{}
 		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)

@@ -189,10 +189,10 @@ func BenchmarkIndexMemory(b *testing.B) {
 
 // BenchmarkGRPCLookup measures Lookup through the client library over
 // loopback gRPC against a replica serving the one_holder shape, each call
-// a whole 256-block prompt (GRPCLookup), with one caller and with 8
-// concurrent callers: p50-us and p99-us, and the reference measured in the
-// same run, the gRPC health Check (health-p50-us, health-p99-us); par8-
-// the same with 8 callers.
+// a whole 256-block prompt (GRPCCalls): one caller at a time, a call per
+// iteration (p50-us, p99-us), then as many calls from 8 concurrent
+// callers (par8-p50-us, par8-p99-us), each against the reference measured
+// in the same run with as many calls, the gRPC health Check (health-...).
 func BenchmarkGRPCLookup(b *testing.B) {
 	ctx := context.Background()
 	f := buildShape(b, benchShapes[0], 1)
@@ -208,27 +208,37 @@ func BenchmarkGRPCLookup(b *testing.B) {
 	}
 	defer replica.stop()
 	replica.srv.ServeIndex(f.ix)
-	addr := replica.srv.Addr().String()
-	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
-	var n int
-	for b.Loop() {
-		n++
+	g, err := NewGRPCCalls(ctx, replica.srv.Addr().String(), shapeModel, f.prompts)
+	if err != nil {
+		b.Fatal(err)
 	}
-	for _, par := range []int{1, 8} {
-		lookup, health, err := GRPCLookup(ctx, addr, shapeModel, f.prompts, par, max(n, 1000), 0)
+	defer g.Close()
+	var lat []time.Duration
+	for i := 0; b.Loop(); i++ {
+		t0 := time.Now()
+		if err := g.Lookup(ctx, i); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	b.StopTimer()
+	n := max(len(lat), 1000)
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	report := func(prefix string, l Latencies) {
+		b.ReportMetric(us(l.Percentile(0.5)), prefix+"p50-us")
+		b.ReportMetric(us(l.Percentile(0.99)), prefix+"p99-us")
+	}
+	measure := func(par int, call func(context.Context, int) error) Latencies {
+		l, err := MeasureCalls(ctx, par, n, 0, func(i int) error { return call(ctx, i) })
 		if err != nil {
 			b.Fatal(err)
 		}
-		prefix := ""
-		if par > 1 {
-			prefix = fmt.Sprintf("par%d-", par)
-		}
-		b.ReportMetric(us(lookup.Percentile(0.5)), prefix+"p50-us")
-		b.ReportMetric(us(lookup.Percentile(0.99)), prefix+"p99-us")
-		b.ReportMetric(us(health.Percentile(0.5)), prefix+"health-p50-us")
-		b.ReportMetric(us(health.Percentile(0.99)), prefix+"health-p99-us")
+		return l
 	}
-	b.ReportMetric(0, "ns/op") // the calls are timed one by one above
+	report("", sortedLatencies(lat, 0))
+	report("health-", measure(1, g.Health))
+	report("par8-", measure(8, g.Lookup))
+	report("par8-health-", measure(8, g.Health))
 }
 
 // coldStartEnv lists the entry counts BenchmarkColdStart loads, comma

@@ -202,51 +202,85 @@ func MeasureCalls(ctx context.Context, concurrency, n int, d time.Duration, call
 	return Latencies{Sorted: lat, Elapsed: elapsed}, first
 }
 
-// GRPCLookup measures Lookup through the client library over loopback
-// gRPC against a replica (addr) serving the queries' index, and the
-// reference in the same run: the gRPC health Check on the same replica,
-// the cost of a gRPC round trip that does no work. Both run with
-// concurrency callers for n calls or d, whichever ends first.
-func GRPCLookup(ctx context.Context, addr, model string, queries [][]uint64, concurrency, n int, d time.Duration) (lookup, health Latencies, err error) {
+// GRPCCalls are the calls of the gRPC measurement against a replica
+// (addr) serving the queries' index: Lookup of query i (in a shuffled
+// order) through the client library, checked to match in full, and the
+// reference, a gRPC health Check on the same replica: the cost of a gRPC
+// round trip that does no work.
+type GRPCCalls struct {
+	c       *client.Client
+	conn    *grpc.ClientConn
+	hc      healthpb.HealthClient
+	model   string
+	queries [][]uint64
+	order   []int
+}
+
+// NewGRPCCalls dials addr twice (the client library, and a plain
+// connection for the health Checks) and warms both with 200 calls each.
+func NewGRPCCalls(ctx context.Context, addr, model string, queries [][]uint64) (*GRPCCalls, error) {
 	c, err := client.New(addr, client.WithTimeout(30*time.Second))
 	if err != nil {
-		return lookup, health, err
+		return nil, err
 	}
-	defer c.Close()
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	g := &GRPCCalls{c: c, conn: conn, hc: healthpb.NewHealthClient(conn), model: model, queries: queries,
+		order: rand.New(rand.NewPCG(5, 5)).Perm(len(queries))}
+	for i := range 200 { // warm both connections and the server's pools
+		if err := g.Lookup(ctx, i); err != nil {
+			g.Close()
+			return nil, err
+		}
+		if err := g.Health(ctx, i); err != nil {
+			g.Close()
+			return nil, err
+		}
+	}
+	return g, nil
+}
+
+// Lookup looks up query i and checks it matched in full.
+func (g *GRPCCalls) Lookup(ctx context.Context, i int) error {
+	q := g.queries[g.order[i%len(g.order)]]
+	res, err := g.c.Lookup(ctx, g.model, q)
+	if err != nil {
+		return err
+	}
+	if len(res.Matches) == 0 || res.Matches[0].Blocks != len(q) {
+		return fmt.Errorf("bench: gRPC lookup of a %d-block query matched %d endpoints", len(q), len(res.Matches))
+	}
+	return nil
+}
+
+// Health is the reference call.
+func (g *GRPCCalls) Health(ctx context.Context, _ int) error {
+	_, err := g.hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "kvindex.v1.IndexService"})
+	return err
+}
+
+// Close closes both connections.
+func (g *GRPCCalls) Close() {
+	g.c.Close()
+	g.conn.Close()
+}
+
+// GRPCLookup measures the health Check reference, then Lookup, each with
+// concurrency callers for n calls or d, whichever ends first
+// (MeasureCalls).
+func GRPCLookup(ctx context.Context, addr, model string, queries [][]uint64, concurrency, n int, d time.Duration) (lookup, health Latencies, err error) {
+	g, err := NewGRPCCalls(ctx, addr, model, queries)
 	if err != nil {
 		return lookup, health, err
 	}
-	defer conn.Close()
-	hc := healthpb.NewHealthClient(conn)
-	order := rand.New(rand.NewPCG(5, 5)).Perm(len(queries))
-	lookupCall := func(i int) error {
-		q := queries[order[i%len(order)]]
-		res, err := c.Lookup(ctx, model, q)
-		if err != nil {
-			return err
-		}
-		if len(res.Matches) == 0 || res.Matches[0].Blocks != len(q) {
-			return fmt.Errorf("bench: gRPC lookup of a %d-block query matched %d endpoints", len(q), len(res.Matches))
-		}
-		return nil
-	}
-	healthCall := func(int) error {
-		_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "kvindex.v1.IndexService"})
-		return err
-	}
-	for i := range 200 { // warm both connections and the server's pools
-		if err := lookupCall(i); err != nil {
-			return lookup, health, err
-		}
-		if err := healthCall(i); err != nil {
-			return lookup, health, err
-		}
-	}
-	if health, err = MeasureCalls(ctx, concurrency, n, d, healthCall); err != nil {
+	defer g.Close()
+	if health, err = MeasureCalls(ctx, concurrency, n, d, func(i int) error { return g.Health(ctx, i) }); err != nil {
 		return lookup, health, err
 	}
-	lookup, err = MeasureCalls(ctx, concurrency, n, d, lookupCall)
+	lookup, err = MeasureCalls(ctx, concurrency, n, d, func(i int) error { return g.Lookup(ctx, i) })
 	return lookup, health, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -199,18 +200,10 @@ type ingesterOptions struct {
 	log        *slog.Logger
 }
 
-var groupSeq struct {
-	sync.Mutex
-	n int
-}
-
 // startIngester starts an ingester in a consumer group of its own (every
 // run a fresh group, so no earlier member's departure rebalances it).
 func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error) {
-	groupSeq.Lock()
-	groupSeq.n++
-	group := fmt.Sprintf("bench-%d-%d", os.Getpid(), groupSeq.n)
-	groupSeq.Unlock()
+	group := fmt.Sprintf("bench-%d-%x", os.Getpid(), rand.Uint64())
 	cfg := ingester.DefaultConfig()
 	cfg.Etcd = o.cli
 	cfg.Brokers = o.brokers

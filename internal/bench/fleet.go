@@ -327,7 +327,12 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	}
 	sem := make(chan struct{}, cfg.MaxInFlight)
 	pctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	// On every return: end the probes still waiting (an error cut the run
+	// short) and wait for them, before the replicas and the producer stop.
+	defer func() {
+		cancel()
+		probes.Wait()
+	}()
 	if cfg.Profile != nil {
 		if err := pprof.StartCPUProfile(cfg.Profile); err != nil {
 			return fmt.Errorf("bench: cpu profile: %w", err)

@@ -6,14 +6,11 @@ package indexdcmd
 import (
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
-	"github.com/kvindex/kvindex/internal/opsserver"
 )
 
 // NewCommand returns `kvindex indexd`.
@@ -21,9 +18,7 @@ func NewCommand() *cobra.Command {
 	var (
 		logFlags  common.Logging
 		etcdFlags common.Etcd
-		kafka     common.Kafka
-		metrics   string
-		pprof     bool
+		ops       common.Ops
 		cfg       = indexd.DefaultConfig()
 	)
 	cmd := &cobra.Command{
@@ -50,31 +45,28 @@ number of replicas; they share nothing but etcd.`,
 				return err
 			}
 			defer cli.Close()
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
 			srv, err := indexd.New(cfg)
 			if err != nil {
 				return err
 			}
-			ops, err := opsserver.New(opsserver.Config{Addr: metrics, Registry: reg, Ready: srv.Ready, Pprof: pprof})
+			opsSrv, err := ops.Server(reg, srv.Ready)
 			if err != nil {
 				return err
 			}
-			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", ops.Addr(), "etcd", etcdFlags.Endpoints)
+			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", opsSrv.Addr(), "etcd", etcdFlags.Endpoints)
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return srv.Run(gctx) })
-			g.Go(func() error { return ops.Run(gctx) })
+			g.Go(func() error { return opsSrv.Run(gctx) })
 			return g.Wait()
 		},
 	}
 	fs := cmd.Flags()
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
-	kafka.Register(fs) // shared by every role; indexd reads Kafka offsets from etcd, not Kafka
+	ops.Register(fs)
 	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
-	fs.StringVar(&metrics, "metrics-listen", common.DefaultMetricsAddr, "ops HTTP listen address (/metrics, /healthz, /readyz)")
-	fs.BoolVar(&pprof, "pprof", false, "serve /debug/pprof/ on the ops HTTP address")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")

@@ -3,7 +3,6 @@ package indexdcmd
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -21,19 +20,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestIndexdCommandServes(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	grpcAddr, opsAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := NewCommand()
 	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", grpcAddr, "--metrics-listen", opsAddr,
 		"--max-hashes", "16", "--log-level", "warn"})

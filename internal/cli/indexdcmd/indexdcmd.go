@@ -69,6 +69,7 @@ number of replicas; they share nothing but etcd.`,
 	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
+	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
 	fs.DurationVar(&cfg.BarrierTimeout, "barrier-timeout", indexd.DefaultBarrierTimeout, "how long a Lookup barrier waits when the request names no timeout")
 	fs.DurationVar(&cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")

@@ -7,7 +7,6 @@ package ingestercmd
 
 import (
 	"context"
-	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -18,21 +17,17 @@ import (
 
 // flags are the command's flags beyond the shared ones.
 type flags struct {
-	log            common.Logging
-	etcd           common.Etcd
-	kafka          common.Kafka
-	group          string
-	id             string
-	leaseTTL       time.Duration
-	livenessWindow time.Duration
-	maxTxnOps      int
-	ops            common.Ops
+	log   common.Logging
+	etcd  common.Etcd
+	kafka common.Kafka
+	ops   common.Ops
+	// cfg receives the ingester's own flags; run fills in the rest.
+	cfg ingester.Config
 }
 
 // NewCommand returns `kvindex ingester`.
 func NewCommand() *cobra.Command {
-	var f flags
-	def := ingester.DefaultConfig()
+	f := flags{cfg: ingester.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "ingester",
 		Short: "Consume KV events from Kafka and write the index to etcd",
@@ -47,11 +42,19 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.log.Register(fs)
 	f.etcd.Register(fs)
 	f.kafka.Register(fs)
-	fs.StringVar(&f.group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
-	fs.StringVar(&f.id, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
-	fs.DurationVar(&f.leaseTTL, "lease-ttl", def.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed the group's session and rebalance timeouts plus a margin)")
-	fs.DurationVar(&f.livenessWindow, "liveness-window", def.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long")
-	fs.IntVar(&f.maxTxnOps, "max-txn-ops", def.MaxTxnOps, "operations per etcd transaction (etcd's --max-txn-ops)")
+	c := &f.cfg
+	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
+	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
+	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
+	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout (the brokers must allow it)")
+	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "consumer group rebalance timeout")
+	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "most operations in one etcd transaction (at most etcd's --max-txn-ops)")
+	fs.IntVar(&c.MaxTxnBytes, "max-txn-bytes", c.MaxTxnBytes, "most encoded bytes in one etcd transaction (under etcd's --max-request-bytes)")
+	fs.IntVar(&c.WindowRecords, "window-records", c.WindowRecords, "most records coalesced into one batch window")
+	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")
+	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most block keys attached to one lease before an (endpoint, tier) gets another")
+	fs.IntVar(&c.DropPageSize, "drop-page-size", c.DropPageSize, "most keys one guarded range delete removes")
 	f.ops.Register(fs)
 	return cmd
 }
@@ -72,16 +75,11 @@ func run(ctx context.Context, f *flags) error {
 	defer cli.Close()
 
 	reg := common.NewRegistry()
-	cfg := ingester.DefaultConfig()
+	cfg := f.cfg
 	cfg.Etcd = cli
 	cfg.Keyspace = ks
 	cfg.Brokers = f.kafka.Brokers
 	cfg.Topic = f.kafka.Topic
-	cfg.Group = f.group
-	cfg.ID = f.id // empty: the host name and pid
-	cfg.LeaseTTL = f.leaseTTL
-	cfg.LivenessWindow = f.livenessWindow
-	cfg.MaxTxnOps = f.maxTxnOps
 	cfg.Registry = reg
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)
@@ -92,7 +90,7 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ingester starting", "id", f.id, "brokers", f.kafka.Brokers, "topic", f.kafka.Topic, "group", f.group,
+	log.Info("ingester starting", "id", cfg.ID, "brokers", f.kafka.Brokers, "topic", f.kafka.Topic, "group", cfg.Group,
 		"etcd", f.etcd.Endpoints, "prefix", ks.Prefix(), "metrics", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)

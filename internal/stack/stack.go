@@ -106,6 +106,7 @@ type AddrError struct {
 func (e *AddrError) Error() string {
 	return fmt.Sprintf("%s address %s is not available: %v", e.Which, e.Addr, e.Err)
 }
+
 // Unwrap returns the listen error.
 func (e *AddrError) Unwrap() error { return e.Err }
 

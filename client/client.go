@@ -242,7 +242,10 @@ func WithCandidates(eps ...Endpoint) LookupOption {
 // (read-your-events): the replica waits until each record's partition has
 // been applied past its offset, for up to timeout (zero: the server's
 // default), and otherwise fails with ErrDeadlineExceeded naming the
-// lagging partition. The call's deadline bounds the wait too.
+// lagging partition. The call's deadline bounds the wait too: the client's
+// per-call deadline (WithTimeout) is extended by the barrier's timeout
+// (by the server's default, 5 s, when timeout is zero), so a barrier is
+// not cut short by the deadline meant for the answer itself.
 func WithBarrier(timeout time.Duration, records ...PartitionOffset) LookupOption {
 	return func(r *kvindexv1.LookupRequest) {
 		b := &kvindexv1.Barrier{}
@@ -267,7 +270,15 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 	for _, o := range opts {
 		o(req)
 	}
-	ctx, cancel := c.deadline(ctx)
+	timeout := c.timeout
+	if b := req.Barrier; b != nil {
+		wait := defaultBarrierWait
+		if b.Timeout != nil {
+			wait = b.Timeout.AsDuration()
+		}
+		timeout += wait
+	}
+	ctx, cancel := deadline(ctx, timeout)
 	defer cancel()
 	resp, err := c.api.Lookup(ctx, req)
 	if err != nil {
@@ -323,8 +334,18 @@ func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList
 
 // deadline applies the default per-call timeout unless ctx ends sooner.
 func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {
+	return deadline(ctx, c.timeout)
+}
+
+// deadline bounds ctx by timeout unless it already ends sooner.
+func deadline(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, c.timeout)
+	return context.WithTimeout(ctx, timeout)
 }
+
+// defaultBarrierWait is indexd's default barrier timeout
+// (indexd.DefaultBarrierTimeout), which a barrier without a timeout of its
+// own waits for.
+const defaultBarrierWait = 5 * time.Second

@@ -32,6 +32,8 @@ type fakeIndex struct {
 	failFirst int32
 	failCode  codes.Code
 	block     bool
+	// delay holds each answer back this long (a barrier wait).
+	delay time.Duration
 }
 
 func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
@@ -40,6 +42,11 @@ func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*
 	}
 	if f.block {
 		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	return &kvindexv1.LookupResponse{
@@ -185,5 +192,24 @@ func TestDefaultDeadline(t *testing.T) {
 func TestNewRejectsEmptyTarget(t *testing.T) {
 	if _, err := New("  "); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("New(empty) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestBarrierExtendsTheCallDeadline: the per-call deadline bounds the answer,
+// not the barrier wait a caller asked for.
+func TestBarrierExtendsTheCallDeadline(t *testing.T) {
+	addr, _ := serve(t, &fakeIndex{name: "p", delay: 300 * time.Millisecond})
+	c := newClient(t, addr, WithTimeout(100*time.Millisecond))
+	if _, err := c.Lookup(context.Background(), "m", []uint64{1}); !errors.Is(err, ErrDeadlineExceeded) {
+		t.Fatalf("a 300 ms answer under a 100 ms call deadline: %v, want ErrDeadlineExceeded", err)
+	}
+	rec := PartitionOffset{Topic: "t", Partition: 0, Offset: 1}
+	if _, err := c.Lookup(context.Background(), "m", []uint64{1}, WithBarrier(2*time.Second, rec)); err != nil {
+		t.Fatalf("the same wait inside a 2 s barrier: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lookup(ctx, "m", []uint64{1}, WithBarrier(2*time.Second, rec)); !errors.Is(err, ErrDeadlineExceeded) {
+		t.Fatalf("the caller's own shorter deadline still bounds a barrier: %v", err)
 	}
 }

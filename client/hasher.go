@@ -138,4 +138,3 @@ func (h *Hasher) walk(tokens []uint32, extras HashExtras, emit func(*[sha256.Siz
 		emit(&parent)
 	}
 }
-

@@ -28,16 +28,17 @@ const (
 
 // Skip reasons of whole records: the metric labels of docs/semantics.md.
 const (
-	skipBadModel     = "bad_model"
-	skipBadKey       = "bad_key"
-	skipUnknownKind  = "unknown_kind"
-	skipBadDPRank    = "bad_dp_rank"
-	skipBadSeq       = "bad_seq"
-	skipUnknownFmt   = "unknown_format"
-	skipMalformed    = "malformed_batch"
-	skipRankMismatch = "dp_rank_mismatch"
-	skipEmptyValue   = "empty_value"
-	skipDuplicate    = "duplicate"
+	skipBadModel       = "bad_model"
+	skipBadKey         = "bad_key"
+	skipUnknownKind    = "unknown_kind"
+	skipBadDPRank      = "bad_dp_rank"
+	skipBadSeq         = "bad_seq"
+	skipUnknownFmt     = "unknown_format"
+	skipMalformed      = "malformed_batch"
+	skipRankMismatch   = "dp_rank_mismatch"
+	skipEmptyValue     = "empty_value"
+	skipBadIncarnation = "bad_incarnation"
+	skipDuplicate      = "duplicate"
 )
 
 // headers are the record headers the ingester reads; a repeated header's
@@ -83,10 +84,14 @@ func parseCanonical(s string, bits int) (uint64, bool) {
 // to the worker's window.
 func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	w.m.records.Inc()
-	if behind {
+	// The partition clock: the record's timestamp while behind, wall time
+	// once caught up, and never a time in the future (a producer's clock,
+	// on a topic without LogAppendTime, must not expire every other
+	// endpoint or make one immortal).
+	if now := w.cfg.Clock.Now(); behind && r.Timestamp.Before(now) {
 		w.advanceClock(r.Timestamp)
 	} else {
-		w.advanceClock(w.cfg.Clock.Now())
+		w.advanceClock(now)
 	}
 	if err := w.expire(ctx); err != nil {
 		return err
@@ -128,6 +133,11 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 			return skip(skipBadSeq, "seq", h.seq)
 		}
 	}
+	if h.incarnation != "" && keyspace.ValidateName("incarnation", h.incarnation) != nil {
+		// It is stored in the endpoint record: bounded like a name, and
+		// compared byte for byte, so it must survive JSON unchanged.
+		return skip(skipBadIncarnation, "bytes", len(h.incarnation))
+	}
 	if len(r.Value) == 0 {
 		return skip(skipEmptyValue)
 	}
@@ -140,7 +150,11 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	}
 	for _, s := range batch.Skipped {
 		w.m.skippedEvents.WithLabelValues(s.Reason.String()).Inc()
-		w.log.Warn("event skipped", "partition", w.p.Partition, "offset", r.Offset, "event", s.Error())
+	}
+	if n := len(batch.Skipped); n > 0 {
+		// One line per record, however many events it skips: a record of
+		// a million bad events must not become a million log lines.
+		w.log.Warn("events skipped", "partition", w.p.Partition, "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := w.endpoint(id, true)

@@ -145,6 +145,10 @@ func (w *worker) handle(ctx context.Context, x input) error {
 	}
 	if x.hwm > w.hwm {
 		w.hwm = x.hwm
+		// Lag is what the partition has that etcd does not: measured at
+		// every fetch, so a partition that cannot commit shows its lag
+		// growing instead of the last value it committed with.
+		w.m.lag.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(max(w.hwm-w.committed, 0)))
 	}
 	for _, r := range x.recs {
 		if r.Offset < w.next {

@@ -217,7 +217,7 @@ func TestGenerateCoversEveryRule(t *testing.T) {
 		seen[m.Apply(r)]++
 	}
 	var missing []string
-	for _, o := range []string{Applied, SkipBadModel, SkipBadKey, SkipUnknownKind, SkipBadDPRank, SkipBadSeq, SkipMalformed, SkipRankMismatch, SkipEmptyValue, SkipDuplicate} {
+	for _, o := range []string{Applied, SkipBadModel, SkipBadKey, SkipUnknownKind, SkipBadDPRank, SkipBadSeq, SkipMalformed, SkipRankMismatch, SkipEmptyValue, SkipDuplicate, SkipBadIncarn} {
 		if seen[o] == 0 {
 			missing = append(missing, o)
 		}

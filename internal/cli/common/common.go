@@ -68,7 +68,7 @@ type Etcd struct {
 func (e *Etcd) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
-	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "how long to wait for the first etcd connection")
+	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down)")
 	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
 	fs.StringVar(&e.Cert, "etcd-cert", "", "PEM client certificate for etcd (needs --etcd-key)")
 	fs.StringVar(&e.Key, "etcd-key", "", "PEM client key for etcd (needs --etcd-cert)")

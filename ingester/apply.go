@@ -99,7 +99,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	h := parseHeaders(r.Headers)
 	skip := func(reason string, args ...any) error {
 		w.m.skippedRecords.WithLabelValues(reason).Inc()
-		w.log.Warn("record skipped", append([]any{"reason", reason, "partition", w.p.Partition, "offset", r.Offset}, args...)...)
+		w.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
 		return nil
 	}
 	if keyspace.ValidateName("model", h.model) != nil {
@@ -154,7 +154,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	if n := len(batch.Skipped); n > 0 {
 		// One line per record, however many events it skips: a record of
 		// a million bad events must not become a million log lines.
-		w.log.Warn("events skipped", "partition", w.p.Partition, "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
+		w.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := w.endpoint(id, true)
@@ -170,7 +170,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 		case seq == *cur.seq+1:
 		case seq <= *cur.seq && batch.TS <= cur.batchTS:
 			w.m.skippedRecords.WithLabelValues(skipDuplicate).Inc()
-			w.log.Debug("duplicate record skipped", "partition", w.p.Partition, "offset", r.Offset, "endpoint", id.String(), "seq", seq)
+			w.log.Debug("duplicate record skipped", "offset", r.Offset, "endpoint", id.String(), "seq", seq)
 			return nil
 		case seq <= *cur.seq:
 			reason = "restart"
@@ -183,7 +183,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 			// is the whole drop.
 			ep.epoch++
 		case reason != "":
-			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "partition", w.p.Partition, "offset", r.Offset)
+			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "offset", r.Offset)
 			if err := w.drop(ctx, ep, reason, false); err != nil {
 				return err
 			}

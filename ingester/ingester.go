@@ -133,7 +133,9 @@ func (in *Ingester) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(in.onRevoked),
 		kgo.OnPartitionsLost(in.onLost),
 		kgo.AdjustFetchOffsetsFn(in.adjustOffsets),
-		kgo.WithLogger(logging.Kgo(in.log.With("component", "kafka-client"))),
+		// franz-go names the group itself; the client's lines carry their
+		// own component instead of the ingester's.
+		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
 	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
 	if err != nil {

@@ -39,12 +39,20 @@ func (b *broadcaster) broadcast() {
 // records (DESIGN "Reads", read-your-events: each partition's applied next
 // offset is greater than the record's offset, held in Next) and returns
 // that index. It gives up after timeout or when ctx ends; a deadline
-// either way is ErrBarrierTimeout naming the first lagging partition.
+// either way is ErrBarrierTimeout naming the first lagging partition. A
+// barrier not met at once takes one of MaxBarrierWaiters slots for its
+// wait, or fails with ErrTooManyWaiters when none is free.
 func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, timeout time.Duration) (*index, error) {
 	start := time.Now()
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	waiting := false
+	defer func() {
+		if waiting {
+			s.releaseWaiter()
+		}
+	}()
 	for {
 		wake := s.bcst.wait()
 		ix := s.refl.current()
@@ -54,6 +62,12 @@ func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, tim
 		rec, applied, ok := ix.lagging(records)
 		if ok {
 			return ix, nil
+		}
+		if !waiting {
+			if err := s.acquireWaiter(); err != nil {
+				return nil, err
+			}
+			waiting = true
 		}
 		var cause error
 		select {
@@ -74,4 +88,23 @@ func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, tim
 		return nil, fmt.Errorf("%w: partition %s has applied up to next offset %d, want one past record offset %d (%v)",
 			ErrBarrierTimeout, rec.Partition, applied, rec.Next, cause)
 	}
+}
+
+// acquireWaiter takes one of the MaxBarrierWaiters slots, or returns
+// ErrTooManyWaiters naming the limit when all are taken. A taken slot is
+// given back with releaseWaiter.
+func (s *Server) acquireWaiter() error {
+	if n := s.waiters.Add(1); n > int64(s.cfg.MaxBarrierWaiters) {
+		s.waiters.Add(-1)
+		return fmt.Errorf("%w: %d Lookups already wait on a barrier, the limit is %d (--max-barrier-waiters); retry later",
+			ErrTooManyWaiters, n-1, s.cfg.MaxBarrierWaiters)
+	}
+	s.m.barrierWaiters.Inc()
+	return nil
+}
+
+// releaseWaiter gives back a slot acquireWaiter took.
+func (s *Server) releaseWaiter() {
+	s.waiters.Add(-1)
+	s.m.barrierWaiters.Dec()
 }

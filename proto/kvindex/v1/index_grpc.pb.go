@@ -43,7 +43,10 @@ type IndexServiceClient interface {
 	// Errors: INVALID_ARGUMENT for a missing model, too many block hashes or
 	// a malformed barrier (the message names the limit); DEADLINE_EXCEEDED
 	// when the barrier is not met in time (the message names the lagging
-	// partition); UNAVAILABLE until the replica has loaded its first snapshot.
+	// partition); RESOURCE_EXHAUSTED when the barrier would have to wait
+	// while the replica's limit of Lookups waiting on a barrier is reached
+	// (the message names it; retry later); UNAVAILABLE until the replica has
+	// loaded its first snapshot.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
 	// ListEndpoints lists the endpoints the index knows, with block counts per
 	// tier and the time of their last KV event or heartbeat, one page at a
@@ -99,7 +102,10 @@ type IndexServiceServer interface {
 	// Errors: INVALID_ARGUMENT for a missing model, too many block hashes or
 	// a malformed barrier (the message names the limit); DEADLINE_EXCEEDED
 	// when the barrier is not met in time (the message names the lagging
-	// partition); UNAVAILABLE until the replica has loaded its first snapshot.
+	// partition); RESOURCE_EXHAUSTED when the barrier would have to wait
+	// while the replica's limit of Lookups waiting on a barrier is reached
+	// (the message names it; retry later); UNAVAILABLE until the replica has
+	// loaded its first snapshot.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
 	// ListEndpoints lists the endpoints the index knows, with block counts per
 	// tier and the time of their last KV event or heartbeat, one page at a

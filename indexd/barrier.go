@@ -39,9 +39,7 @@ func (b *broadcaster) broadcast() {
 // records (DESIGN "Reads", read-your-events: each partition's applied next
 // offset is greater than the record's offset, held in Next) and returns
 // that index. It gives up after timeout or when ctx ends; a deadline
-// either way is ErrBarrierTimeout naming the first lagging partition. A
-// barrier not met at once takes one of MaxBarrierWaiters slots for its
-// wait, or fails with ErrTooManyWaiters when none is free.
+// either way is ErrBarrierTimeout naming the first lagging partition.
 func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, timeout time.Duration) (*index, error) {
 	start := time.Now()
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
@@ -63,6 +61,8 @@ func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, tim
 		if ok {
 			return ix, nil
 		}
+		// A barrier not met at once waits in one of MaxBarrierWaiters
+		// slots, or fails with ErrTooManyWaiters when none is free.
 		if !waiting {
 			if err := s.acquireWaiter(); err != nil {
 				return nil, err

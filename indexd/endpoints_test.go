@@ -273,9 +273,24 @@ func TestListPageSizeLimitFits(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	c := DefaultConfig()
 	c.Etcd = e.Client
-	c.MaxListPageSize = ListPageSizeLimit + 1
-	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) {
-		t.Fatalf("Validate with MaxListPageSize %d = %v, want ErrInvalidConfig", c.MaxListPageSize, err)
+	for _, tc := range []struct {
+		name          string
+		size, maxSize int
+		ok            bool
+	}{
+		{name: "largest_allowed", size: 10, maxSize: ListPageSizeLimit, ok: true},
+		{name: "over_the_limit", size: 10, maxSize: ListPageSizeLimit + 1},
+		{name: "default_over_max", size: 20, maxSize: 10},
+		{name: "default_over_default_max", size: DefaultMaxListPageSize + 1},
+		{name: "zeros_take_defaults", ok: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c.ListPageSize, c.MaxListPageSize = tc.size, tc.maxSize
+			err := c.Validate()
+			if tc.ok != (err == nil) || (err != nil && !errors.Is(err, ErrInvalidConfig)) {
+				t.Fatalf("Validate(ListPageSize %d, MaxListPageSize %d) = %v, want ok %v", tc.size, tc.maxSize, err, tc.ok)
+			}
+		})
 	}
 }
 

@@ -59,4 +59,5 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEndpointNames$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyKey$$' -fuzztime $(FUZZTIME) ./indexd/
 	$(GO) test -run '^$$' -fuzz '^FuzzLookupRequest$$' -fuzztime $(FUZZTIME) ./indexd/
+	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime $(FUZZTIME) ./indexd/
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameLimiter$$' -fuzztime $(FUZZTIME) ./bridge/

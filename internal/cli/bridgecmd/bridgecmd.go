@@ -70,6 +70,9 @@ rule); give the configured endpoints and --dp-rank N, or set
 }
 
 func (f *flags) run(ctx context.Context) error {
+	if err := f.kafka.ValidateTopic(); err != nil {
+		return err
+	}
 	log, err := f.logging.Logger()
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad_log_level", []string{"--pod", "p", "--model", "m", "--log-level", "loud"}, "level"},
 		{"positional_args", []string{"--pod", "p", "--model", "m", "extra"}, "unknown command"},
 		{"etcd_flag", []string{"--pod", "p", "--model", "m", "--etcd-endpoints", "http://e:2379"}, "unknown flag: --etcd-endpoints"},
+		{"bad_topic", []string{"--pod", "p", "--model", "m", "--topic", "bad topic/x"}, "--topic: topic name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()

@@ -4,6 +4,7 @@
 package indexdcmd
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -31,6 +32,9 @@ same port. It reports NOT_SERVING until its first list is applied. Run any
 number of replicas; they share nothing but etcd.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
+				return err
+			}
 			log, err := logFlags.Logger()
 			if err != nil {
 				return err
@@ -48,8 +52,11 @@ number of replicas; they share nothing but etcd.`,
 			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
 			srv, err := indexd.New(cfg)
-			if err != nil {
+			if errors.Is(err, indexd.ErrInvalidConfig) {
 				return err
+			}
+			if err != nil {
+				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
 			}
 			opsSrv, err := ops.Server(reg, srv.Ready)
 			if err != nil {
@@ -75,5 +82,19 @@ number of replicas; they share nothing but etcd.`,
 	fs.DurationVar(&cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")
 	fs.IntVar(&cfg.ListConcurrency, "list-concurrency", indexd.DefaultListConcurrency, "endpoint block ranges read from etcd at once while listing")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", indexd.DefaultShutdownGrace, "how long in-flight calls may finish on shutdown")
+	fs.IntVar(&cfg.MaxBarrierWaiters, "max-barrier-waiters", indexd.DefaultMaxBarrierWaiters, "most Lookups waiting on a barrier at once; past it a Lookup whose barrier is not met fails RESOURCE_EXHAUSTED")
+	fs.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", indexd.DefaultMaxConcurrentStreams, "most calls in flight on one client connection; more wait in the client")
+	fs.IntVar(&cfg.ListPageSize, "list-page-size", indexd.DefaultListPageSize, "endpoints per ListEndpoints page when the request names no page size")
+	fs.IntVar(&cfg.MaxListPageSize, "max-list-page-size", indexd.DefaultMaxListPageSize,
+		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
 	return cmd
+}
+
+// positiveFlags are the flags whose zero or negative value is refused:
+// indexd.Config reads zero as "the default", a flag value must mean what
+// it says.
+var positiveFlags = []string{
+	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
+	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
+	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 }

@@ -60,6 +60,9 @@ effect in fenced, bounded transactions that carry the partition's offset
 }
 
 func run(ctx context.Context, f *flags) error {
+	if err := f.kafka.ValidateTopic(); err != nil {
+		return err
+	}
 	log, err := f.log.Logger()
 	if err != nil {
 		return err

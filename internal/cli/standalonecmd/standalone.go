@@ -48,6 +48,12 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 --data-dir, so a restart resumes where it stopped. Ctrl-C stops it cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.CheckPositive(cmd.Flags(), "partitions"); err != nil {
+				return err
+			}
+			if err := common.ValidateTopic(f.topic); err != nil {
+				return fmt.Errorf("--topic: %w", err)
+			}
 			return run(cmd.Context(), cmd.OutOrStdout(), &f)
 		},
 	}

@@ -5,16 +5,23 @@ GO        ?= go
 BUF       := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 PKGS      := ./...
 FUZZTIME  ?= 60s
+# The race detector needs cgo (a C compiler); without one the tests still
+# run, without it, and say so.
+RACE      := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && echo -race)
 
 .PHONY: run test test-short bench lint proto verify fuzz build
 
 ## run: start the whole pipeline in one process on embedded defaults
+## (ARGS adds standalone flags, e.g. make run ARGS='--liveness-window 1h')
 run:
-	$(GO) run ./cmd/kvindex standalone
+	$(GO) run ./cmd/kvindex standalone $(ARGS)
 
 ## test: every test, including e2e, with the race detector
 test:
-	$(GO) test -race -count=1 -timeout 20m $(PKGS)
+ifeq ($(RACE),)
+	@echo "make test: no C compiler (go env CGO_ENABLED is 0), so no race detector; running the tests without -race" >&2
+endif
+	$(GO) test $(RACE) -count=1 -timeout 20m $(PKGS)
 
 ## test-short: unit tests only, no race detector (quick local loop)
 test-short:
@@ -50,3 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
 	$(GO) test -run '^$$' -fuzz '^FuzzEndpointNames$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyKey$$' -fuzztime $(FUZZTIME) ./indexd/
+	$(GO) test -run '^$$' -fuzz '^FuzzLookupRequest$$' -fuzztime $(FUZZTIME) ./indexd/
+	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime $(FUZZTIME) ./indexd/
+	$(GO) test -run '^$$' -fuzz '^FuzzFrameLimiter$$' -fuzztime $(FUZZTIME) ./bridge/

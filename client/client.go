@@ -2,12 +2,17 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"net"
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -100,11 +105,35 @@ type EndpointInfo struct {
 	Partition int32
 }
 
-// EndpointList is a ListEndpoints answer at etcd revision Revision,
-// ordered by model, pod, rank.
+// EndpointList is a whole ListEndpoints answer, ordered by model, pod,
+// rank, gathered page by page (ListEndpointsPage).
+//
+// Each page reflects one etcd revision of the replica that answered it, so
+// a list of several pages may mix revisions: an endpoint that appeared
+// meanwhile ahead of the pages already read is missing, and one that went
+// away after its page was read is still listed. Revision and MaxRevision
+// say how far apart the pages are; they are equal when the list is one
+// snapshot (always when it fit in one page).
 type EndpointList struct {
 	Endpoints []EndpointInfo
-	Revision  int64
+	// Revision is the lowest etcd revision among the pages: every page
+	// reflects at least this revision.
+	Revision int64
+	// MaxRevision is the highest etcd revision among the pages.
+	MaxRevision int64
+	// Pages is how many ListEndpoints calls the list took.
+	Pages int
+}
+
+// EndpointPage is one page of a ListEndpoints answer (ListEndpointsPage).
+type EndpointPage struct {
+	// Endpoints are ordered by model, pod, rank, after the endpoint the
+	// request's page token named.
+	Endpoints []EndpointInfo
+	// Revision is the etcd revision this page reflects.
+	Revision int64
+	// NextPageToken continues the list; empty when this page is the last.
+	NextPageToken string
 }
 
 // Client calls indexd replicas, balancing calls round-robin over them.
@@ -114,6 +143,9 @@ type Client struct {
 	api     kvindexv1.IndexServiceClient
 	timeout time.Duration
 	closed  atomic.Bool
+	// dnsHost is the host name a dns target resolves ("" for other
+	// targets), to explain a call that found no address (explain).
+	dnsHost string
 }
 
 // Option configures New.
@@ -194,7 +226,47 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidArgument, target, err)
 	}
-	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout}, nil
+	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target)}, nil
+}
+
+// dnsHost returns the host a "dns://[authority]/host[:port]" target
+// names, or "" for any other target.
+func dnsHost(target string) string {
+	rest, ok := strings.CutPrefix(target, "dns://")
+	if !ok {
+		return ""
+	}
+	_, hostPort, ok := strings.Cut(rest, "/")
+	if !ok {
+		return ""
+	}
+	if host, _, err := net.SplitHostPort(hostPort); err == nil {
+		return host
+	}
+	return hostPort
+}
+
+// noAddresses is how gRPC's round-robin balancer fails a call when the
+// resolver gave it no address; the resolver's own error is not kept.
+const noAddresses = "no children to pick from"
+
+// explain turns gRPC's bare "no children to pick from" (a dns target that
+// resolved to no address) into a message that says so, with the
+// resolver's error, looked up again for the purpose (for at most a
+// second, within ctx).
+func (c *Client) explain(ctx context.Context, err error) error {
+	var e *Error
+	if c.dnsHost == "" || !errors.As(err, &e) || e.Code != codes.Unavailable || !strings.Contains(e.Message, noAddresses) || ctx.Err() != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	why := "it resolved to no address"
+	if _, rerr := net.DefaultResolver.LookupHost(ctx, c.dnsHost); rerr != nil {
+		why = rerr.Error()
+	}
+	e.Message = fmt.Sprintf("no indexd address for host %q: %s (gRPC: %s)", c.dnsHost, why, e.Message)
+	return e
 }
 
 // serviceConfig balances round-robin and retries UNAVAILABLE only.
@@ -242,7 +314,10 @@ func WithCandidates(eps ...Endpoint) LookupOption {
 // (read-your-events): the replica waits until each record's partition has
 // been applied past its offset, for up to timeout (zero: the server's
 // default), and otherwise fails with ErrDeadlineExceeded naming the
-// lagging partition. The call's deadline bounds the wait too.
+// lagging partition. The call's deadline bounds the wait too: the client's
+// per-call deadline (WithTimeout) is extended by the barrier's timeout
+// (by the server's default, 5 s, when timeout is zero), so a barrier is
+// not cut short by the deadline meant for the answer itself.
 func WithBarrier(timeout time.Duration, records ...PartitionOffset) LookupOption {
 	return func(r *kvindexv1.LookupRequest) {
 		b := &kvindexv1.Barrier{}
@@ -267,11 +342,22 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 	for _, o := range opts {
 		o(req)
 	}
-	ctx, cancel := c.deadline(ctx)
+	if err := encodable(req); err != nil {
+		return nil, err
+	}
+	timeout := c.timeout
+	if b := req.Barrier; b != nil {
+		wait := defaultBarrierWait
+		if b.Timeout != nil {
+			wait = b.Timeout.AsDuration()
+		}
+		timeout += wait
+	}
+	ctx, cancel := deadline(ctx, timeout)
 	defer cancel()
 	resp, err := c.api.Lookup(ctx, req)
 	if err != nil {
-		return nil, callError("Lookup", err)
+		return nil, c.explain(ctx, callError("Lookup", err))
 	}
 	out := &LookupResult{Revision: resp.Revision, Matches: make([]Match, len(resp.Matches))}
 	total := 0
@@ -293,19 +379,65 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 	return out, nil
 }
 
-// ListEndpoints lists the endpoints the index knows, of model only when
-// model is non-empty. It is an operator view; routers use Lookup.
+// ListEndpoints lists every endpoint the index knows, of model only when
+// model is non-empty, walking ListEndpointsPage pages of the server's
+// default size until the last; each page is one call with its own
+// per-call deadline (WithTimeout), and ctx bounds the whole walk. See
+// EndpointList for what a list of several pages reflects. It is an
+// operator view; routers use Lookup.
 func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList, error) {
+	out := &EndpointList{}
+	token := ""
+	for {
+		page, err := c.ListEndpointsPage(ctx, model, 0, token)
+		if err != nil {
+			return nil, err
+		}
+		out.Pages++
+		out.Endpoints = append(out.Endpoints, page.Endpoints...)
+		if out.Pages == 1 || page.Revision < out.Revision {
+			out.Revision = page.Revision
+		}
+		out.MaxRevision = max(out.MaxRevision, page.Revision)
+		if page.NextPageToken == "" {
+			return out, nil
+		}
+		if page.NextPageToken == token {
+			return nil, &Error{Method: "ListEndpoints", Code: codes.Internal, Message: "the server returned the same page token twice", sentinel: ErrInternal}
+		}
+		token = page.NextPageToken
+	}
+}
+
+// ListEndpointsPage returns one page of the endpoints the index knows (of
+// model only when model is non-empty): at most pageSize endpoints (0: the
+// server's default, 500 unless configured; the server lowers a size above
+// its maximum), after the endpoint pageToken names ("" starts at the
+// first). Pass the page's NextPageToken to get the next page, with the
+// same model; it is empty after the last. A page may hold fewer endpoints
+// than asked even when more follow. Tokens do not expire and work on any
+// replica. It errors with ErrInvalidArgument for a negative or too large
+// pageSize, a model that is not valid UTF-8 or a token the server did not
+// issue, and otherwise with the sentinels of errors.go.
+func (c *Client) ListEndpointsPage(ctx context.Context, model string, pageSize int, pageToken string) (*EndpointPage, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
+	switch {
+	case pageSize < 0 || pageSize > math.MaxInt32:
+		return nil, invalidArgument("ListEndpoints", "page size %d is out of range [0, %d]", pageSize, math.MaxInt32)
+	case !utf8.ValidString(model):
+		return nil, invalidArgument("ListEndpoints", "model %q is not valid UTF-8", model)
+	case !utf8.ValidString(pageToken):
+		return nil, invalidArgument("ListEndpoints", "page token %q is not valid UTF-8 (not one the server issued)", pageToken)
+	}
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()
-	resp, err := c.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{Model: model})
+	resp, err := c.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{Model: model, PageSize: int32(pageSize), PageToken: pageToken})
 	if err != nil {
-		return nil, callError("ListEndpoints", err)
+		return nil, c.explain(ctx, callError("ListEndpoints", err))
 	}
-	out := &EndpointList{Revision: resp.Revision, Endpoints: make([]EndpointInfo, len(resp.Endpoints))}
+	out := &EndpointPage{Revision: resp.Revision, NextPageToken: resp.NextPageToken, Endpoints: make([]EndpointInfo, len(resp.Endpoints))}
 	for i, e := range resp.Endpoints {
 		info := EndpointInfo{
 			Model:     e.Model,
@@ -321,10 +453,40 @@ func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList
 	return out, nil
 }
 
+// encodable refuses, with ErrInvalidArgument, a Lookup request protobuf
+// cannot encode: every string must be valid UTF-8 (proto3), and gRPC
+// would otherwise fail the call with INTERNAL "error while marshaling".
+func encodable(req *kvindexv1.LookupRequest) error {
+	if !utf8.ValidString(req.Model) {
+		return invalidArgument("Lookup", "model %q is not valid UTF-8", req.Model)
+	}
+	for i, c := range req.Candidates {
+		if !utf8.ValidString(c.Pod) {
+			return invalidArgument("Lookup", "candidate %d: pod %q is not valid UTF-8", i, c.Pod)
+		}
+	}
+	for i, r := range req.GetBarrier().GetRecords() {
+		if !utf8.ValidString(r.Topic) {
+			return invalidArgument("Lookup", "barrier record %d: topic %q is not valid UTF-8", i, r.Topic)
+		}
+	}
+	return nil
+}
+
 // deadline applies the default per-call timeout unless ctx ends sooner.
 func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d, ok := ctx.Deadline(); ok && time.Until(d) <= c.timeout {
+	return deadline(ctx, c.timeout)
+}
+
+// deadline bounds ctx by timeout unless it already ends sooner.
+func deadline(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
 		return ctx, func() {}
 	}
-	return context.WithTimeout(ctx, c.timeout)
+	return context.WithTimeout(ctx, timeout)
 }
+
+// defaultBarrierWait is indexd's default barrier timeout
+// (indexd.DefaultBarrierTimeout), which a barrier without a timeout of its
+// own waits for.
+const defaultBarrierWait = 5 * time.Second

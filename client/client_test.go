@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,8 @@ type fakeIndex struct {
 	failFirst int32
 	failCode  codes.Code
 	block     bool
+	// delay holds each answer back this long (a barrier wait).
+	delay time.Duration
 }
 
 func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
@@ -42,6 +45,11 @@ func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*
 		<-ctx.Done()
 		return nil, status.FromContextError(ctx.Err()).Err()
 	}
+	select {
+	case <-time.After(f.delay):
+	case <-ctx.Done():
+		return nil, status.FromContextError(ctx.Err()).Err()
+	}
 	return &kvindexv1.LookupResponse{
 		Revision:       42,
 		Matches:        []*kvindexv1.EndpointMatch{{Endpoint: &kvindexv1.Endpoint{Pod: f.name, DpRank: 1}, MatchedBlocks: 1, Tiers: []kvindexv1.Tier{kvindexv1.Tier_TIER_GPU}}},
@@ -49,8 +57,9 @@ func (f *fakeIndex) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*
 	}, nil
 }
 
-// serve runs f on a loopback port until the test ends (or stop).
-func serve(t *testing.T, f *fakeIndex) (addr string, stop func()) {
+// serve runs f (a fakeIndex or another real IndexService) on a loopback
+// port until the test ends (or stop).
+func serve(t *testing.T, f kvindexv1.IndexServiceServer) (addr string, stop func()) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -111,6 +120,7 @@ func TestRetriesOnlyUnavailable(t *testing.T) {
 		{name: "invalid_argument_not_retried", failFirst: 1, code: codes.InvalidArgument, wantErr: ErrInvalidArgument, wantCalls: 1},
 		{name: "deadline_exceeded_not_retried", failFirst: 1, code: codes.DeadlineExceeded, wantErr: ErrDeadlineExceeded, wantCalls: 1},
 		{name: "internal_not_retried", failFirst: 1, code: codes.Internal, wantErr: ErrInternal, wantCalls: 1},
+		{name: "resource_exhausted_not_retried", failFirst: 1, code: codes.ResourceExhausted, wantErr: ErrResourceExhausted, wantCalls: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &fakeIndex{name: "p", failFirst: tc.failFirst, failCode: tc.code}
@@ -185,5 +195,83 @@ func TestDefaultDeadline(t *testing.T) {
 func TestNewRejectsEmptyTarget(t *testing.T) {
 	if _, err := New("  "); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("New(empty) = %v, want ErrInvalidArgument", err)
+	}
+}
+
+// TestBarrierExtendsTheCallDeadline: the per-call deadline bounds the answer,
+// not the barrier wait a caller asked for.
+func TestBarrierExtendsTheCallDeadline(t *testing.T) {
+	addr, _ := serve(t, &fakeIndex{name: "p", delay: 300 * time.Millisecond})
+	c := newClient(t, addr, WithTimeout(100*time.Millisecond))
+	if _, err := c.Lookup(context.Background(), "m", []uint64{1}); !errors.Is(err, ErrDeadlineExceeded) {
+		t.Fatalf("a 300 ms answer under a 100 ms call deadline: %v, want ErrDeadlineExceeded", err)
+	}
+	rec := PartitionOffset{Topic: "t", Partition: 0, Offset: 1}
+	if _, err := c.Lookup(context.Background(), "m", []uint64{1}, WithBarrier(2*time.Second, rec)); err != nil {
+		t.Fatalf("the same wait inside a 2 s barrier: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lookup(ctx, "m", []uint64{1}, WithBarrier(2*time.Second, rec)); !errors.Is(err, ErrDeadlineExceeded) {
+		t.Fatalf("the caller's own shorter deadline still bounds a barrier: %v", err)
+	}
+}
+
+// TestRefusesWhatCannotBeEncoded: strings protobuf cannot carry (invalid
+// UTF-8) are refused before sending, as ErrInvalidArgument, where gRPC
+// would fail with INTERNAL "error while marshaling".
+func TestRefusesWhatCannotBeEncoded(t *testing.T) {
+	f := &fakeIndex{name: "p"}
+	addr, _ := serve(t, f)
+	c := newClient(t, addr)
+	ctx := context.Background()
+	bad := "bad\xffname"
+	rec := PartitionOffset{Topic: "t"}
+	for _, tc := range []struct {
+		name    string
+		call    func() error
+		wantMsg string
+	}{
+		{name: "lookup_model", call: func() error { _, err := c.Lookup(ctx, bad, []uint64{1}); return err }, wantMsg: "model"},
+		{name: "lookup_candidate_pod", call: func() error {
+			_, err := c.Lookup(ctx, "m", []uint64{1}, WithCandidates(Endpoint{Pod: "ok"}, Endpoint{Pod: bad}))
+			return err
+		}, wantMsg: "candidate 1"},
+		{name: "lookup_barrier_topic", call: func() error {
+			_, err := c.Lookup(ctx, "m", []uint64{1}, WithBarrier(0, rec, PartitionOffset{Topic: bad}))
+			return err
+		}, wantMsg: "barrier record 1"},
+		{name: "list_model", call: func() error { _, err := c.ListEndpoints(ctx, bad); return err }, wantMsg: "model"},
+		{name: "list_page_token", call: func() error { _, err := c.ListEndpointsPage(ctx, "m", 0, bad); return err }, wantMsg: "page token"},
+		{name: "list_negative_page_size", call: func() error { _, err := c.ListEndpointsPage(ctx, "m", -1, ""); return err }, wantMsg: "page size -1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if !errors.Is(err, ErrInvalidArgument) || status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("error = %v, want ErrInvalidArgument naming %q", err, tc.wantMsg)
+			}
+		})
+	}
+	if n := f.calls.Load(); n != 0 {
+		t.Fatalf("the server saw %d calls, want none", n)
+	}
+}
+
+// TestUnresolvableHostIsNamed: a host name that does not resolve fails
+// UNAVAILABLE with a message naming the host and the resolver's answer,
+// not gRPC's bare "no children to pick from".
+func TestUnresolvableHostIsNamed(t *testing.T) {
+	for _, tc := range []struct{ name, target string }{
+		{name: "host_port", target: "nohost.invalid:1"},
+		{name: "dns_target", target: "dns:///nohost.invalid:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newClient(t, tc.target, WithMaxAttempts(1))
+			_, err := c.Lookup(context.Background(), "m", []uint64{1})
+			if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), `no indexd address for host "nohost.invalid"`) {
+				t.Fatalf("error = %v, want ErrUnavailable naming the host", err)
+			}
+			t.Log(err)
+		})
 	}
 }

@@ -30,5 +30,12 @@
 // default deadline (WithTimeout, 1 s) unless the caller's context ends
 // sooner, and are retried on another replica when one answers UNAVAILABLE
 // (only then: WithMaxAttempts). Errors wrap the sentinels ErrUnavailable,
-// ErrInvalidArgument, ErrDeadlineExceeded, ErrCanceled and ErrInternal.
+// ErrInvalidArgument, ErrResourceExhausted, ErrDeadlineExceeded,
+// ErrCanceled and ErrInternal. A request protobuf cannot carry (a name
+// that is not valid UTF-8) is refused before it is sent, with
+// ErrInvalidArgument.
+//
+// ListEndpoints walks the server's pages (ListEndpointsPage gives one at a
+// time), so it works for any number of endpoints; each page reflects its
+// own revision (EndpointList says which).
 package client

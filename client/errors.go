@@ -19,6 +19,11 @@ var (
 	// ErrInvalidArgument: the request broke the API's rules or a server
 	// limit; the message names it. Retrying the same request cannot help.
 	ErrInvalidArgument = errors.New("kvindex client: invalid argument")
+	// ErrResourceExhausted: the replica refused the call for a limit on
+	// concurrent work (too many Lookups waiting on a barrier) or on message
+	// size; the message names the limit. Not retried: retry later, or with
+	// a smaller request.
+	ErrResourceExhausted = errors.New("kvindex client: resource exhausted")
 	// ErrDeadlineExceeded: the call's deadline passed, or a barrier was not
 	// met in time (the message names the lagging partition).
 	ErrDeadlineExceeded = errors.New("kvindex client: deadline exceeded")
@@ -69,6 +74,8 @@ func callError(method string, err error) error {
 		sentinel = ErrUnavailable
 	case codes.InvalidArgument:
 		sentinel = ErrInvalidArgument
+	case codes.ResourceExhausted:
+		sentinel = ErrResourceExhausted
 	case codes.DeadlineExceeded:
 		sentinel = ErrDeadlineExceeded
 	case codes.Canceled:
@@ -80,4 +87,11 @@ func callError(method string, err error) error {
 		sentinel = ErrCanceled
 	}
 	return &Error{Method: method, Code: st.Code(), Message: st.Message(), sentinel: sentinel}
+}
+
+// invalidArgument is a call the client refuses before sending it: an
+// *Error with code INVALID_ARGUMENT wrapping ErrInvalidArgument, as the
+// server's own refusal would be.
+func invalidArgument(method, format string, args ...any) error {
+	return &Error{Method: method, Code: codes.InvalidArgument, Message: fmt.Sprintf(format, args...), sentinel: ErrInvalidArgument}
 }

@@ -1,10 +1,13 @@
 package client
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/fxamacker/cbor/v2"
 )
 
 // Hasher computes vLLM's prefix-cache block hashes for
@@ -29,6 +32,7 @@ import (
 type Hasher struct {
 	root      [sha256.Size]byte
 	blockSize int
+	cbor      cbor.UserBufferEncMode
 }
 
 // HashExtras are the per-request inputs that change block hashes besides
@@ -55,9 +59,18 @@ func NewHasher(pythonHashSeed string, blockSize int) (*Hasher, error) {
 	if blockSize <= 0 {
 		return nil, fmt.Errorf("%w: block size %d is not positive", ErrInvalidHasher, blockSize)
 	}
-	var enc cborEncoder
-	enc.text(pythonHashSeed)
-	return &Hasher{root: sha256.Sum256(enc.buf), blockSize: blockSize}, nil
+	// CBOR's core deterministic encoding (RFC 8949 §4.2.1: shortest heads,
+	// definite lengths) is what Python's cbor2.dumps(..., canonical=True)
+	// writes for vLLM's hash inputs.
+	em, err := cbor.CoreDetEncOptions().UserBufferEncMode()
+	if err != nil {
+		return nil, fmt.Errorf("%w: CBOR options: %v", ErrInvalidHasher, err)
+	}
+	seed, err := em.Marshal(pythonHashSeed)
+	if err != nil {
+		return nil, fmt.Errorf("%w: encoding PYTHONHASHSEED: %v", ErrInvalidHasher, err)
+	}
+	return &Hasher{root: sha256.Sum256(seed), blockSize: blockSize, cbor: em}, nil
 }
 
 // BlockSize is the block size in tokens.
@@ -84,82 +97,44 @@ func (h *Hasher) BlockDigests(tokens []uint32, extras HashExtras) [][sha256.Size
 	return out
 }
 
+// blockInput is what vLLM hashes for one block: the CBOR array [parent
+// digest (byte string), the block's token ids (array of uints), extra keys
+// (array of text, or null when none)].
+type blockInput struct {
+	_      struct{} `cbor:",toarray"`
+	Parent []byte
+	Tokens []uint32
+	Extras []string
+}
+
 // walk hashes the full blocks in order, reusing one encoding buffer.
 func (h *Hasher) walk(tokens []uint32, extras HashExtras, emit func(*[sha256.Size]byte)) {
-	var enc cborEncoder
-	enc.buf = make([]byte, 0, 64+5*h.blockSize+len(extras.LoRAName)+len(extras.CacheSalt))
+	var buf bytes.Buffer
+	buf.Grow(64 + 5*h.blockSize + len(extras.LoRAName) + len(extras.CacheSalt))
+	var lora, loraSalt []string
+	if extras.LoRAName != "" {
+		lora = []string{extras.LoRAName}
+	}
+	if extras.CacheSalt != "" {
+		loraSalt = append(append([]string(nil), lora...), extras.CacheSalt)
+	}
 	parent := h.root
+	var in blockInput
 	for b := 0; (b+1)*h.blockSize <= len(tokens); b++ {
-		enc.buf = enc.buf[:0]
-		enc.head(majorArray, 3)
-		enc.bytes(parent[:])
-		enc.head(majorArray, uint64(h.blockSize))
-		for _, t := range tokens[b*h.blockSize : (b+1)*h.blockSize] {
-			enc.head(majorUint, uint64(t))
+		in.Parent = parent[:]
+		in.Tokens = tokens[b*h.blockSize : (b+1)*h.blockSize]
+		in.Extras = lora // nil (CBOR null) without a LoRA adapter
+		if b == 0 && loraSalt != nil {
+			in.Extras = loraSalt // the cache salt belongs to the first block only
 		}
-		n := 0
-		if extras.LoRAName != "" {
-			n++
+		buf.Reset()
+		if err := h.cbor.MarshalToBuffer(&in, &buf); err != nil {
+			// Unreachable (byte strings, uint32 slices and text always
+			// encode); stopping yields a shorter prefix, never a wrong
+			// hash.
+			return
 		}
-		salt := b == 0 && extras.CacheSalt != ""
-		if salt {
-			n++
-		}
-		if n == 0 {
-			enc.null()
-		} else {
-			enc.head(majorArray, uint64(n))
-			if extras.LoRAName != "" {
-				enc.text(extras.LoRAName)
-			}
-			if salt {
-				enc.text(extras.CacheSalt)
-			}
-		}
-		parent = sha256.Sum256(enc.buf)
+		parent = sha256.Sum256(buf.Bytes())
 		emit(&parent)
 	}
 }
-
-// cborEncoder writes the few CBOR items vLLM's hash input uses, in
-// canonical form (RFC 8949 §4.2.1: shortest heads, definite lengths), as
-// Python's cbor2.dumps(..., canonical=True) does for them.
-type cborEncoder struct{ buf []byte }
-
-const (
-	majorUint  = 0
-	majorBytes = 2
-	majorText  = 3
-	majorArray = 4
-)
-
-func (e *cborEncoder) head(major byte, n uint64) {
-	m := major << 5
-	switch {
-	case n < 24:
-		e.buf = append(e.buf, m|byte(n))
-	case n <= 0xff:
-		e.buf = append(e.buf, m|24, byte(n))
-	case n <= 0xffff:
-		e.buf = append(e.buf, m|25)
-		e.buf = binary.BigEndian.AppendUint16(e.buf, uint16(n))
-	case n <= 0xffffffff:
-		e.buf = append(e.buf, m|26)
-		e.buf = binary.BigEndian.AppendUint32(e.buf, uint32(n))
-	default:
-		e.buf = append(e.buf, m|27)
-		e.buf = binary.BigEndian.AppendUint64(e.buf, n)
-	}
-}
-
-func (e *cborEncoder) bytes(b []byte) {
-	e.head(majorBytes, uint64(len(b)))
-	e.buf = append(e.buf, b...)
-}
-
-func (e *cborEncoder) text(s string) {
-	e.head(majorText, uint64(len(s)))
-	e.buf = append(e.buf, s...)
-}
-
-func (e *cborEncoder) null() { e.buf = append(e.buf, 0xf6) }

@@ -61,7 +61,7 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	grpcAddr, opsAddr := freeLoopbackPort(t), freeLoopbackPort(t)
+	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	args = setArg(args, "--etcd-endpoints", px.Endpoint())
 	args = setArg(args, "--listen", grpcAddr)
 	args = setArg(args, "--metrics-listen", opsAddr)

@@ -26,6 +26,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // serverCertNamesMarker precedes, in deploy/README.md, the fenced block of
@@ -166,18 +167,6 @@ func localPath(t *testing.T, dir string, w *workload, c *corev1.Container, file 
 	return local
 }
 
-// freeLoopbackPort returns a loopback host:port free when called (another
-// process may take it before the caller binds it; the tests accept that).
-func freeLoopbackPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // TestEtcdMutualTLS runs each TLS build's configuration for real: an etcd
 // member started from the member's own parsed configuration (its TLS
 // settings, client-cert-auth, file paths mapped to where the test writes
@@ -247,8 +236,8 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	tls.TrustedCAFile = localPath(t, filepath.Join(dir, "etcd"), w, c, tls.TrustedCAFile, secrets)
 	cfg.Dir = filepath.Join(dir, "data")
 	cfg.UnsafeNoFsync = true
-	client := url.URL{Scheme: "https", Host: freeLoopbackPort(t)}
-	peer := url.URL{Scheme: "http", Host: freeLoopbackPort(t)}
+	client := url.URL{Scheme: "https", Host: testutil.FreeAddr(t)}
+	peer := url.URL{Scheme: "http", Host: testutil.FreeAddr(t)}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.ListenMetricsUrls, cfg.ListenClientHttpUrls = nil, nil

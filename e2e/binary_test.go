@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -110,16 +109,6 @@ func TestReplayBinary(t *testing.T) {
 	}
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 // standalone is a running `kvindex standalone` process.
 type standalone struct {
 	cmd                      *exec.Cmd
@@ -151,7 +140,7 @@ func (b *syncBuffer) String() string {
 func startStandalone(t *testing.T, dataDir string, s *standalone) *standalone {
 	t.Helper()
 	if s == nil {
-		s = &standalone{etcd: freeAddr(t), kafka: freeAddr(t), grpc: freeAddr(t), metrs: freeAddr(t)}
+		s = &standalone{etcd: testutil.FreeAddr(t), kafka: testutil.FreeAddr(t), grpc: testutil.FreeAddr(t), metrs: testutil.FreeAddr(t)}
 	}
 	s.cmd = exec.Command(kvindexBin(t), "standalone", "--data-dir", dataDir,
 		"--etcd-listen", s.etcd, "--kafka-listen", s.kafka, "--listen", s.grpc, "--metrics-listen", s.metrs)
@@ -283,7 +272,7 @@ func TestStandaloneBinary(t *testing.T) {
 	}
 
 	// A second standalone on the same ports must say which flag to change.
-	_, errOut, code = run(t, "standalone", "--data-dir", t.TempDir(), "--etcd-listen", s.etcd, "--kafka-listen", freeAddr(t), "--listen", freeAddr(t), "--metrics-listen", freeAddr(t))
+	_, errOut, code = run(t, "standalone", "--data-dir", t.TempDir(), "--etcd-listen", s.etcd, "--kafka-listen", testutil.FreeAddr(t), "--listen", testutil.FreeAddr(t), "--metrics-listen", testutil.FreeAddr(t))
 	if code == 0 || !strings.Contains(errOut, "--etcd-listen") || !strings.Contains(errOut, s.etcd) {
 		t.Fatalf("standalone on a busy etcd port: exit %d, stderr %q", code, errOut)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/stack"
+	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -51,7 +52,7 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 		return splitArgs(cmd)
 	}
 
-	st := startStack(t)
+	st := stacktest.Start(t)
 	runScenario(t, st, "p09_names_and_models.jsonl")
 	url := st.EtcdURL()
 
@@ -109,6 +110,12 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 	if len(lines) < 2 || json.Unmarshal([]byte(lines[1]), &owner) != nil || owner.MemberID == "" {
 		t.Fatalf("owners:\n%s", out)
 	}
+	out = etcdctl(t, url, documented("get --prefix /kvindex/v1/ingesters/")...)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	var ing keyspace.IngesterRecord
+	if len(lines) != 2 || lines[0] != ks.IngesterKey(owner.Ingester) || json.Unmarshal([]byte(lines[1]), &ing) != nil || len(ing.Partitions) == 0 {
+		t.Fatalf("ingesters (want the owner's key %s with its partitions):\n%s", ks.IngesterKey(owner.Ingester), out)
+	}
 }
 
 // splitArgs splits a documented command line into arguments, honouring
@@ -136,29 +143,6 @@ func splitArgs(s string) []string {
 		out = append(out, cur.String())
 	}
 	return out
-}
-
-// startStack runs an in-process stack on free ports for one test.
-func startStack(t *testing.T) *stack.Stack {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, stack.Config{
-		DataDir: t.TempDir(), EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
-		UnsafeNoFsync: true,
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stack: %v", err)
-		}
-	})
-	return s
 }
 
 // runScenario replays one fixture file into st and requires it to pass.

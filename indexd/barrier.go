@@ -47,6 +47,12 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	waiting := false
+	defer func() {
+		if waiting {
+			s.releaseWaiter()
+		}
+	}()
 	for {
 		wake := s.bcst.wait()
 		ix := s.refl.current()
@@ -56,6 +62,14 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 		rec, applied, ok := ix.Lagging(records)
 		if ok {
 			return ix, nil
+		}
+		// A barrier not met at once waits in one of MaxBarrierWaiters
+		// slots, or fails with ErrTooManyWaiters when none is free.
+		if !waiting {
+			if err := s.acquireWaiter(); err != nil {
+				return nil, err
+			}
+			waiting = true
 		}
 		var cause error
 		select {
@@ -76,4 +90,23 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 		return nil, fmt.Errorf("%w: partition %s has applied up to next offset %d, want one past record offset %d (%v)",
 			ErrBarrierTimeout, rec.Partition, applied, rec.Next, cause)
 	}
+}
+
+// acquireWaiter takes one of the MaxBarrierWaiters slots, or returns
+// ErrTooManyWaiters naming the limit when all are taken. A taken slot is
+// given back with releaseWaiter.
+func (s *Server) acquireWaiter() error {
+	if n := s.waiters.Add(1); n > int64(s.cfg.MaxBarrierWaiters) {
+		s.waiters.Add(-1)
+		return fmt.Errorf("%w: %d Lookups already wait on a barrier, the limit is %d (--max-barrier-waiters); retry later",
+			ErrTooManyWaiters, n-1, s.cfg.MaxBarrierWaiters)
+	}
+	s.m.barrierWaiters.Inc()
+	return nil
+}
+
+// releaseWaiter gives back a slot acquireWaiter took.
+func (s *Server) releaseWaiter() {
+	s.waiters.Add(-1)
+	s.m.barrierWaiters.Dec()
 }

@@ -3,6 +3,7 @@ package indexd
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"time"
 
@@ -26,6 +27,27 @@ const (
 	DefaultBackoffMin        = 100 * time.Millisecond
 	DefaultBackoffMax        = 10 * time.Second
 	DefaultShutdownGrace     = 10 * time.Second
+	// DefaultMaxBarrierWaiters bounds the Lookups parked on a barrier at
+	// once. A parked Lookup holds its decoded request (up to 8192 hashes,
+	// 64 KiB) and its stream's buffers; 256 of them stay within tens of
+	// MiB (docs/limits.md).
+	DefaultMaxBarrierWaiters = 256
+	// DefaultMaxConcurrentStreams bounds the calls one client connection
+	// may have in flight (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS); a
+	// client past it waits for a stream to free up.
+	DefaultMaxConcurrentStreams = 1024
+	// DefaultListPageSize is the ListEndpoints page size when a request
+	// gives none.
+	DefaultListPageSize = 500
+	// DefaultMaxListPageSize is the largest ListEndpoints page; a request
+	// asking for more gets this many (AIP-158).
+	DefaultMaxListPageSize = 2000
+	// ListPageSizeLimit is the largest MaxListPageSize Validate accepts:
+	// that many endpoints with the longest names keyspace allows (a
+	// 512-byte model and pod) and the largest counts encode to under
+	// 4 MiB, gRPC's default receive limit, so every page reaches a client
+	// that kept the default (maxEndpointInfoBytes, checked by a test).
+	ListPageSizeLimit = 3500
 )
 
 // Config configures a Server. Build one with DefaultConfig and set Etcd.
@@ -69,6 +91,26 @@ type Config struct {
 	// is INVALID_ARGUMENT. Default 1 min; zero means the default. Must be
 	// at least BarrierTimeout.
 	MaxBarrierTimeout time.Duration
+	// MaxBarrierWaiters bounds the Lookups waiting on a barrier at once,
+	// across all connections; a Lookup whose barrier is not yet met when
+	// the limit is reached fails at once with RESOURCE_EXHAUSTED naming
+	// the limit (a barrier already met never waits and is not counted).
+	// Default 256; zero means the default.
+	MaxBarrierWaiters int
+	// MaxConcurrentStreams bounds the calls in flight on one client
+	// connection (gRPC's MaxConcurrentStreams); further calls on that
+	// connection wait in the client for a free stream. Default 1024; zero
+	// means the default.
+	MaxConcurrentStreams int
+
+	// ListPageSize is the number of endpoints a ListEndpoints page holds
+	// when the request's page_size is 0. Default 500; zero means the
+	// default. Must not exceed MaxListPageSize.
+	ListPageSize int
+	// MaxListPageSize is the largest ListEndpoints page; a larger
+	// page_size is lowered to it (AIP-158). Default 2000; zero means the
+	// default; at most ListPageSizeLimit.
+	MaxListPageSize int
 
 	// ListConcurrency is how many endpoint block ranges a list reads from
 	// etcd at once. Default 4; zero means the default.
@@ -101,10 +143,15 @@ func DefaultConfig() Config {
 		MaxRequestBytes:   DefaultMaxRequestBytes,
 		BarrierTimeout:    DefaultBarrierTimeout,
 		MaxBarrierTimeout: DefaultMaxBarrierTimeout,
+		MaxBarrierWaiters: DefaultMaxBarrierWaiters,
 		ListConcurrency:   DefaultListConcurrency,
 		BackoffMin:        DefaultBackoffMin,
 		BackoffMax:        DefaultBackoffMax,
 		ShutdownGrace:     DefaultShutdownGrace,
+
+		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
+		ListPageSize:         DefaultListPageSize,
+		MaxListPageSize:      DefaultMaxListPageSize,
 	}
 }
 
@@ -123,6 +170,10 @@ func (c Config) withDefaults() Config {
 	setDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
 	setDefault(&c.BarrierTimeout, d.BarrierTimeout)
 	setDefault(&c.MaxBarrierTimeout, d.MaxBarrierTimeout)
+	setDefault(&c.MaxBarrierWaiters, d.MaxBarrierWaiters)
+	setDefault(&c.MaxConcurrentStreams, d.MaxConcurrentStreams)
+	setDefault(&c.ListPageSize, d.ListPageSize)
+	setDefault(&c.MaxListPageSize, d.MaxListPageSize)
 	setDefault(&c.ListConcurrency, d.ListConcurrency)
 	setDefault(&c.BackoffMin, d.BackoffMin)
 	setDefault(&c.BackoffMax, d.BackoffMax)
@@ -137,8 +188,8 @@ func setDefault[T int | time.Duration](v *T, d T) {
 }
 
 // Validate reports the first invalid field, wrapped in ErrInvalidConfig:
-// a missing Etcd client, a negative limit or duration, or bounds out of
-// order. Zero fields are valid (they take the defaults).
+// a missing Etcd client, a negative limit or duration, bounds out of
+// order, or a MaxListPageSize over ListPageSizeLimit. Zero fields are valid (they take the defaults).
 func (c Config) Validate() error {
 	if c.Etcd == nil {
 		return fmt.Errorf("%w: Etcd client is required", ErrInvalidConfig)
@@ -153,6 +204,10 @@ func (c Config) Validate() error {
 		{"MaxRequestBytes", int64(c.MaxRequestBytes)},
 		{"BarrierTimeout", int64(c.BarrierTimeout)},
 		{"MaxBarrierTimeout", int64(c.MaxBarrierTimeout)},
+		{"MaxBarrierWaiters", int64(c.MaxBarrierWaiters)},
+		{"MaxConcurrentStreams", int64(c.MaxConcurrentStreams)},
+		{"ListPageSize", int64(c.ListPageSize)},
+		{"MaxListPageSize", int64(c.MaxListPageSize)},
 		{"ListConcurrency", int64(c.ListConcurrency)},
 		{"BackoffMin", int64(c.BackoffMin)},
 		{"BackoffMax", int64(c.BackoffMax)},
@@ -168,6 +223,16 @@ func (c Config) Validate() error {
 	}
 	if d.BarrierTimeout > d.MaxBarrierTimeout {
 		return fmt.Errorf("%w: BarrierTimeout %s exceeds MaxBarrierTimeout %s", ErrInvalidConfig, d.BarrierTimeout, d.MaxBarrierTimeout)
+	}
+	if d.MaxConcurrentStreams > math.MaxUint32 {
+		return fmt.Errorf("%w: MaxConcurrentStreams %d exceeds %d", ErrInvalidConfig, d.MaxConcurrentStreams, uint32(math.MaxUint32))
+	}
+	if d.MaxListPageSize > ListPageSizeLimit {
+		return fmt.Errorf("%w: MaxListPageSize %d exceeds %d (a page of the longest endpoints must fit gRPC's default 4 MiB receive limit)",
+			ErrInvalidConfig, d.MaxListPageSize, ListPageSizeLimit)
+	}
+	if d.ListPageSize > d.MaxListPageSize {
+		return fmt.Errorf("%w: ListPageSize %d exceeds MaxListPageSize %d", ErrInvalidConfig, d.ListPageSize, d.MaxListPageSize)
 	}
 	return nil
 }

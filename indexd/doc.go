@@ -34,6 +34,16 @@
 // disk); endpoints matching nothing are left out, and models never share
 // entries. Candidates restrict the answer to the named endpoints.
 //
+// # Limits
+//
+// Every request is bounded (Config, docs/limits.md): hashes, candidates,
+// barrier records and bytes per request; Lookups waiting on a barrier at
+// once (MaxBarrierWaiters: past it a Lookup whose barrier is not met
+// fails at once with RESOURCE_EXHAUSTED); calls in flight per connection
+// (MaxConcurrentStreams); and endpoints per ListEndpoints page (paged as
+// AIP-158 describes, with a token naming the last endpoint returned, so a
+// list continues on any replica; each page reflects its own revision).
+//
 // # The index
 //
 // The in-memory index is internal/index: endpoints interned to integer

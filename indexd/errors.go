@@ -26,6 +26,10 @@ var (
 	// in time; the message names the lagging partition (gRPC
 	// DEADLINE_EXCEEDED).
 	ErrBarrierTimeout = errors.New("indexd: barrier not met")
+	// ErrTooManyWaiters reports a Lookup whose barrier would have to wait
+	// while Config.MaxBarrierWaiters Lookups already do; the message names
+	// the limit and its flag (gRPC RESOURCE_EXHAUSTED).
+	ErrTooManyWaiters = errors.New("indexd: too many Lookups waiting on a barrier")
 	// ErrIndexFull reports that an internal limit of the in-memory index
 	// (2^28 endpoints, 2^31 words of endpoint sets) was reached; the event
 	// is counted and skipped. It is internal/index's ErrFull.
@@ -52,6 +56,8 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrNotReady):
 		code = codes.Unavailable
+	case errors.Is(err, ErrTooManyWaiters):
+		code = codes.ResourceExhausted
 	case errors.Is(err, ErrBarrierTimeout), errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded
 	case errors.Is(err, context.Canceled):

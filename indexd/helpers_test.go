@@ -2,7 +2,6 @@ package indexd
 
 import (
 	"context"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -237,18 +236,6 @@ func etcdState(t *testing.T, cli *clientv3.Client) *indextest.Reference {
 		}
 	}
 	return ref
-}
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
 }
 
 // withClientAddr pins an embedded etcd's client address (so a restart on

@@ -11,6 +11,7 @@ type metrics struct {
 	requests       *prometheus.CounterVec
 	requestSeconds *prometheus.HistogramVec
 	barrierSeconds prometheus.Histogram
+	barrierWaiters prometheus.Gauge
 	watchEvents    *prometheus.CounterVec
 	malformed      *prometheus.CounterVec
 	lists          *prometheus.CounterVec
@@ -37,6 +38,10 @@ func newMetrics(reg *prometheus.Registry, cur func() *index.Index) *metrics {
 			Name:    "kvindex_indexd_barrier_wait_seconds",
 			Help:    "Time Lookup calls with a barrier waited for it (met or not).",
 			Buckets: prometheus.ExponentialBuckets(1e-4, 3, 12),
+		}),
+		barrierWaiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_indexd_barrier_waiters",
+			Help: "Lookup calls waiting on a barrier now (at most --max-barrier-waiters; past it calls fail RESOURCE_EXHAUSTED).",
 		}),
 		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_watch_events_total",
@@ -79,7 +84,7 @@ func newMetrics(reg *prometheus.Registry, cur func() *index.Index) *metrics {
 			return 0
 		})
 	}
-	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.watchEvents, m.malformed,
+	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
 		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready,
 		stat("kvindex_indexd_revision", "etcd revision the serving index reflects.",
 			func(ix *index.Index) float64 { return float64(ix.Revision()) }),

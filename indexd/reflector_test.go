@@ -186,7 +186,7 @@ func TestListWatchRandomStream(t *testing.T) {
 }
 
 func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	e := testutil.StartEtcd(t, withClientAddr(addr))
 	px := testutil.StartProxy(t, addr)
 	w := newWriter(t, ownClient(t, e.Endpoints))

@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -49,6 +48,9 @@ type Server struct {
 	ready        atomic.Bool
 	pool         sync.Pool // *index.Scratch
 	ran          atomic.Bool
+
+	// waiters counts the Lookups holding a barrier slot (acquireWaiter).
+	waiters atomic.Int64
 }
 
 // serviceName is the gRPC health service name of the API.
@@ -80,7 +82,10 @@ func New(cfg Config) (*Server, error) {
 	s.refl.m = s.m
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	s.grpc = grpc.NewServer(grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)))
+	s.grpc = grpc.NewServer(
+		grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)),
+		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+	)
 	desc := s.serviceDesc()
 	s.grpc.RegisterService(&desc, s)
 	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, stopping: s.stopping})
@@ -336,40 +341,6 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.Partition
 		records = append(records, index.PartitionOffset{Partition: p, Next: r.Offset})
 	}
 	return records, timeout, nil
-}
-
-// ListEndpoints implements kvindex.v1.IndexService/ListEndpoints.
-func (s *Server) ListEndpoints(_ context.Context, req *kvindexv1.ListEndpointsRequest) (*kvindexv1.ListEndpointsResponse, error) {
-	if err := s.checkSize(req); err != nil {
-		return nil, toStatus(err)
-	}
-	if req.Model != "" {
-		if err := keyspace.ValidateName("model", req.Model); err != nil {
-			return nil, toStatus(fmt.Errorf("%w: %v", ErrInvalidArgument, err))
-		}
-	}
-	ix := s.refl.current()
-	if ix == nil {
-		return nil, toStatus(ErrNotReady)
-	}
-	infos, rev := ix.ListEndpoints(req.Model)
-	resp := &kvindexv1.ListEndpointsResponse{Revision: rev, Endpoints: make([]*kvindexv1.EndpointInfo, len(infos))}
-	for i, e := range infos {
-		out := &kvindexv1.EndpointInfo{
-			Model:      e.Endpoint.Model,
-			Endpoint:   &kvindexv1.Endpoint{Pod: e.Endpoint.Pod, DpRank: e.Endpoint.Rank},
-			GpuBlocks:  e.Blocks[0],
-			CpuBlocks:  e.Blocks[1],
-			DiskBlocks: e.Blocks[2],
-			BlockSize:  e.BlockSize,
-			Partition:  e.Partition,
-		}
-		if !e.LastSeen.IsZero() {
-			out.LastSeen = timestamppb.New(e.LastSeen)
-		}
-		resp.Endpoints[i] = out
-	}
-	return resp, nil
 }
 
 // Server implements the generated service interface. It embeds the

@@ -224,7 +224,7 @@ func TestRequestLimits(t *testing.T) {
 }
 
 func TestNotServingBeforeFirstList(t *testing.T) {
-	addr := freeAddr(t) // etcd is not there yet
+	addr := testutil.FreeAddr(t) // etcd is not there yet
 	r := startReplica(t, ownClient(t, []string{"http://" + addr}))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()

@@ -28,16 +28,17 @@ const (
 
 // Skip reasons of whole records: the metric labels of docs/semantics.md.
 const (
-	skipBadModel     = "bad_model"
-	skipBadKey       = "bad_key"
-	skipUnknownKind  = "unknown_kind"
-	skipBadDPRank    = "bad_dp_rank"
-	skipBadSeq       = "bad_seq"
-	skipUnknownFmt   = "unknown_format"
-	skipMalformed    = "malformed_batch"
-	skipRankMismatch = "dp_rank_mismatch"
-	skipEmptyValue   = "empty_value"
-	skipDuplicate    = "duplicate"
+	skipBadModel       = "bad_model"
+	skipBadKey         = "bad_key"
+	skipUnknownKind    = "unknown_kind"
+	skipBadDPRank      = "bad_dp_rank"
+	skipBadSeq         = "bad_seq"
+	skipUnknownFmt     = "unknown_format"
+	skipMalformed      = "malformed_batch"
+	skipRankMismatch   = "dp_rank_mismatch"
+	skipEmptyValue     = "empty_value"
+	skipBadIncarnation = "bad_incarnation"
+	skipDuplicate      = "duplicate"
 )
 
 // headers are the record headers the ingester reads; a repeated header's
@@ -83,10 +84,14 @@ func parseCanonical(s string, bits int) (uint64, bool) {
 // to the worker's window.
 func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	w.m.records.Inc()
-	if behind {
+	// The partition clock: the record's timestamp while behind, wall time
+	// once caught up, and never a time in the future (a producer's clock,
+	// on a topic without LogAppendTime, must not expire every other
+	// endpoint or make one immortal).
+	if now := w.cfg.Clock.Now(); behind && r.Timestamp.Before(now) {
 		w.advanceClock(r.Timestamp)
 	} else {
-		w.advanceClock(w.cfg.Clock.Now())
+		w.advanceClock(now)
 	}
 	if err := w.expire(ctx); err != nil {
 		return err
@@ -94,7 +99,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	h := parseHeaders(r.Headers)
 	skip := func(reason string, args ...any) error {
 		w.m.skippedRecords.WithLabelValues(reason).Inc()
-		w.log.Warn("record skipped", append([]any{"reason", reason, "partition", w.p.Partition, "offset", r.Offset}, args...)...)
+		w.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
 		return nil
 	}
 	if keyspace.ValidateName("model", h.model) != nil {
@@ -128,6 +133,11 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 			return skip(skipBadSeq, "seq", h.seq)
 		}
 	}
+	if h.incarnation != "" && keyspace.ValidateName("incarnation", h.incarnation) != nil {
+		// It is stored in the endpoint record: bounded like a name, and
+		// compared byte for byte, so it must survive JSON unchanged.
+		return skip(skipBadIncarnation, "bytes", len(h.incarnation))
+	}
 	if len(r.Value) == 0 {
 		return skip(skipEmptyValue)
 	}
@@ -140,7 +150,11 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	}
 	for _, s := range batch.Skipped {
 		w.m.skippedEvents.WithLabelValues(s.Reason.String()).Inc()
-		w.log.Warn("event skipped", "partition", w.p.Partition, "offset", r.Offset, "event", s.Error())
+	}
+	if n := len(batch.Skipped); n > 0 {
+		// One line per record, however many events it skips: a record of
+		// a million bad events must not become a million log lines.
+		w.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := w.endpoint(id, true)
@@ -156,7 +170,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 		case seq == *cur.seq+1:
 		case seq <= *cur.seq && batch.TS <= cur.batchTS:
 			w.m.skippedRecords.WithLabelValues(skipDuplicate).Inc()
-			w.log.Debug("duplicate record skipped", "partition", w.p.Partition, "offset", r.Offset, "endpoint", id.String(), "seq", seq)
+			w.log.Debug("duplicate record skipped", "offset", r.Offset, "endpoint", id.String(), "seq", seq)
 			return nil
 		case seq <= *cur.seq:
 			reason = "restart"
@@ -169,7 +183,7 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 			// is the whole drop.
 			ep.epoch++
 		case reason != "":
-			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "partition", w.p.Partition, "offset", r.Offset)
+			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "offset", r.Offset)
 			if err := w.drop(ctx, ep, reason, false); err != nil {
 				return err
 			}

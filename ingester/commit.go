@@ -375,6 +375,6 @@ func (w *worker) fixLeases(ctx context.Context) error {
 			op.lease = 0
 		}
 	}
-	w.log.Warn("leases expired under this ingester; granted new ones", "partition", w.p.String())
+	w.log.Warn("leases expired under this ingester; granted new ones")
 	return nil
 }

@@ -72,6 +72,12 @@
 // leases_expired_total, lag_records{partition}, partitions,
 // offset_resets_total.
 //
+// # Registration
+//
+// While Run runs, the ingester keeps ingesters/{ID} (an IngesterRecord:
+// host, start time, owned partitions) on a session lease, so operators can
+// see the live members and what each owns.
+//
 // # Shutdown
 //
 // Run returns when its context ends: the poll loop stops, workers abandon

@@ -44,6 +44,10 @@ type Ingester struct {
 
 	mu    sync.Mutex
 	parts map[int32]*partition
+
+	// assigned wakes the registration loop after an assignment change
+	// (buffered, one slot; never closed).
+	assigned chan struct{}
 }
 
 // partition is a running worker and the handles to stop it.
@@ -79,6 +83,8 @@ func New(cfg Config) (*Ingester, error) {
 		kv:     clientv3.RetryKVClient(cfg.Etcd),
 		keeper: newKeeper(cfg.Etcd, cfg.LeaseTTL, log, m),
 		parts:  make(map[int32]*partition),
+		// assigned has room for one wake-up of the registration loop.
+		assigned: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -127,7 +133,9 @@ func (in *Ingester) Run(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(in.onRevoked),
 		kgo.OnPartitionsLost(in.onLost),
 		kgo.AdjustFetchOffsetsFn(in.adjustOffsets),
-		kgo.WithLogger(logging.Kgo(in.log.With("component", "kafka-client"))),
+		// franz-go names the group itself; the client's lines carry their
+		// own component instead of the ingester's.
+		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
 	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
 	if err != nil {
@@ -142,6 +150,13 @@ func (in *Ingester) Run(ctx context.Context) error {
 		_ = in.keeper.run(keeperCtx)
 	}()
 
+	regCtx, stopReg := context.WithCancel(runCtx)
+	regDone := make(chan struct{})
+	go func() {
+		defer close(regDone)
+		in.register(regCtx)
+	}()
+
 	in.poll(runCtx)
 
 	// Shutdown: workers first (no more writes), then the group, then the
@@ -152,6 +167,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	in.workers.Wait()
 	stopKeeper()
 	<-keeperDone
+	stopReg()
+	<-regDone
 	in.ready.Store(false)
 	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
@@ -321,6 +338,12 @@ func (in *Ingester) onLost(_ context.Context, _ *kgo.Client, lost map[string][]i
 func (in *Ingester) assignmentChanged() {
 	ps := in.Partitions()
 	in.m.partitions.Set(float64(len(ps)))
+	// Wake the registration loop; one pending wake-up is enough, it reads
+	// the current assignment.
+	select {
+	case in.assigned <- struct{}{}:
+	default:
+	}
 	if in.cfg.OnAssigned != nil {
 		in.cfg.OnAssigned(ps)
 	}

@@ -145,6 +145,10 @@ func (w *worker) handle(ctx context.Context, x input) error {
 	}
 	if x.hwm > w.hwm {
 		w.hwm = x.hwm
+		// Lag is what the partition has that etcd does not: measured at
+		// every fetch, so a partition that cannot commit shows its lag
+		// growing instead of the last value it committed with.
+		w.m.lag.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(max(w.hwm-w.committed, 0)))
 	}
 	for _, r := range x.recs {
 		if r.Offset < w.next {
@@ -376,11 +380,11 @@ func (w *worker) releaseLeases() {
 func (w *worker) resetTo(ctx context.Context, start int64) error {
 	if w.next == -1 {
 		w.log.Warn("no stored offset, but endpoints were last seen on the partition; dropping them and starting at the log start",
-			"partition", w.p.String(), "log_start", start, "endpoints", len(w.eps))
+			"log_start", start, "endpoints", len(w.eps))
 	} else {
 		w.m.offsetResets.Inc()
 		w.log.Error("stored offset is outside the log; dropping the partition's endpoints and restarting at the log start",
-			"partition", w.p.String(), "stored_offset", w.next, "log_start", start, "endpoints", len(w.eps))
+			"stored_offset", w.next, "log_start", start, "endpoints", len(w.eps))
 	}
 	for _, ep := range w.eps {
 		if err := w.drop(ctx, ep, "reset", true); err != nil {

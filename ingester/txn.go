@@ -3,7 +3,11 @@ package ingester
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -145,6 +149,13 @@ func (w *worker) send(ctx context.Context, kind TxnKind) error {
 		if errors.Is(rpctypes.Error(err), rpctypes.ErrLeaseNotFound) {
 			return errLeaseGone
 		}
+		if tooBig(err) {
+			// Retrying the same request cannot succeed: the configured
+			// bounds exceed etcd's. Stop loudly instead of stalling the
+			// partition behind it forever.
+			return fmt.Errorf("ingester: etcd refused a %s transaction of %d ops, about %d bytes: %w (keep --max-txn-ops within etcd's --max-txn-ops and --max-txn-bytes under its --max-request-bytes)",
+				kind, b.n(), b.bytes, err)
+		}
 		w.m.txnRetries.Inc()
 		w.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", backoff)
 		select {
@@ -154,6 +165,15 @@ func (w *worker) send(ctx context.Context, kind TxnKind) error {
 		}
 		backoff = min(2*backoff, 2*time.Second)
 	}
+}
+
+// tooBig reports an etcd refusal that no retry of the same transaction can
+// overcome: too many operations, or a request over etcd's or gRPC's size
+// limit.
+func tooBig(err error) bool {
+	e := rpctypes.Error(err)
+	return errors.Is(e, rpctypes.ErrTooManyOps) || errors.Is(e, rpctypes.ErrRequestTooLarge) ||
+		status.Code(err) == codes.ResourceExhausted
 }
 
 // hookError carries Config.BeforeTxn's error: it aborts the ingester.

@@ -29,6 +29,7 @@ prefix block on which tier, and answers routers' Lookup calls from it.
 Start everything in one process with 'kvindex standalone'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
 	for _, add := range subcommands {
 		root.AddCommand(add())

@@ -73,6 +73,11 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 	if b.TS, err = d.float("ts"); err != nil {
 		return err
 	}
+	if math.IsNaN(b.TS) || math.IsInf(b.TS, 0) {
+		// Stored in the endpoint record and compared for sequence
+		// decisions: only a real time is meaningful.
+		return fmt.Errorf("ts is %v, want a finite number", b.TS)
+	}
 	if err := d.decodeEvents(b); err != nil {
 		return err
 	}
@@ -254,6 +259,9 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 			return err
 		}
 		if string(key) == "type" {
+			if sawType {
+				s.fail(`event map has more than one "type" field`)
+			}
 			sawType = true
 			if err := d.decodeTag(s); err != nil {
 				return err

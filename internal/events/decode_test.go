@@ -2,6 +2,7 @@ package events
 
 import (
 	"errors"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -349,6 +350,8 @@ func TestDecodeErrors(t *testing.T) {
 		{name: "events_not_array", payload: encode(t, []any{1.0, 5}), want: "events is int"},
 		{name: "negative_rank", payload: encode(t, []any{1.0, []any{}, -1}), want: "data_parallel_rank -1"},
 		{name: "rank_string", payload: encode(t, []any{1.0, []any{}, "0"}), want: "data_parallel_rank is string"},
+		{name: "infinite_ts", payload: encode(t, []any{math.Inf(1), []any{}}), want: "want a finite number"},
+		{name: "nan_ts", payload: encode(t, []any{math.NaN(), []any{}}), want: "want a finite number"},
 		{name: "trailing_bytes", payload: append(encode(t, []any{1.0, []any{}}), 0x01), want: "1 trailing bytes"},
 		{name: "huge_array_header", payload: []byte{0xdd, 0xff, 0xff, 0xff, 0xff}, want: "claims 4294967295 elements"},
 		{name: "huge_events_header", payload: append([]byte{0x92, 0x01}, 0xdd, 0xff, 0xff, 0xff, 0xff), want: "claims 4294967295 elements"},
@@ -432,5 +435,21 @@ func TestTokenIDs(t *testing.T) {
 	truncated := append(encode(t, []any{1.0})[:0], 0x92, 0x01, 0x91, 0x81, 0xa9, 't', 'o', 'k', 'e', 'n', '_', 'i', 'd', 's', 0x92, 0x01, 0xce, 0x00)
 	if _, err := dec.Decode(truncated); !errors.Is(err, ErrMalformedBatch) || !strings.Contains(err.Error(), "truncated") {
 		t.Fatalf("truncated token: %v", err)
+	}
+}
+
+// TestTwoTypeFields: a map event naming its type twice is invalid, whatever
+// the two say (it once applied as the first one).
+func TestTwoTypeFields(t *testing.T) {
+	payload := []byte{0x93, 0xcb, 0x3f, 0xf0, 0, 0, 0, 0, 0, 0, 0x91, 0x82}
+	payload = append(payload, 0xa4, 't', 'y', 'p', 'e', 0xb0)
+	payload = append(payload, "AllBlocksCleared"...)
+	payload = append(payload, 0xa4, 't', 'y', 'p', 'e', 0xa5, 'B', 'o', 'g', 'u', 's', 0xc0)
+	b, err := NewDecoder(nil).Decode(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.Events) != 0 || len(b.Skipped) != 1 || b.Skipped[0].Reason != SkipInvalid || !strings.Contains(b.Skipped[0].Detail, "more than one") {
+		t.Fatalf("events %+v, skipped %+v; want one invalid event", b.Events, b.Skipped)
 	}
 }

@@ -266,7 +266,7 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 func (g *generator) garbage(e *genEngine) Record {
 	h := g.headers(e)
 	r := Record{Key: e.pod, Headers: h, Time: g.now}
-	switch g.rng.IntN(9) {
+	switch g.rng.IntN(10) {
 	case 0:
 		r.Value = []byte("\x00not msgpack\xff")
 	case 1: // truncated batch
@@ -285,6 +285,10 @@ func (g *generator) garbage(e *genEngine) Record {
 		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
 	case 6:
 		h["seq"] = "-3"
+		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
+	case 8:
+		h["seq"] = "0"
+		h["incarnation"] = "bad\xffutf8"
 		r.Value = mustMarshal([]any{e.ts, []any{[]any{"AllBlocksCleared"}}, e.rank})
 	case 7:
 		r.Key = ""

@@ -50,6 +50,7 @@ const (
 	SkipRankMismatch = "dp_rank_mismatch"
 	SkipEmptyValue   = "empty_value"
 	SkipDuplicate    = "duplicate"
+	SkipBadIncarn    = "bad_incarnation"
 )
 
 // Config configures a Model.
@@ -135,6 +136,9 @@ func (m *Model) Apply(r Record) string {
 	seq, hasSeq, ok := parseUint(r.Headers, "seq", 64)
 	if !ok {
 		return SkipBadSeq
+	}
+	if inc := r.Headers["incarnation"]; inc != "" && keyspace.ValidateName("incarnation", inc) != nil {
+		return SkipBadIncarn
 	}
 	if len(r.Value) == 0 {
 		return SkipEmptyValue

@@ -14,35 +14,20 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/stack"
+	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
 
-// startStack runs a fresh in-process stack on free ports for one test.
+// startStack runs a fresh in-process stack with short group timeouts.
 func startStack(t *testing.T) *stack.Stack {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := stack.Start(ctx, stack.Config{
-		DataDir: t.TempDir(), EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
-		UnsafeNoFsync: true,
-		Ingester: func(c *ingester.Config) {
+	return stacktest.Start(t, func(c *stack.Config) {
+		c.Ingester = func(c *ingester.Config) {
 			c.SessionTimeout, c.RebalanceTimeout, c.LeaseTTL = 6*time.Second, 6*time.Second, 30*time.Second
-		},
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("stack: %v", err)
 		}
 	})
-	return s
 }
 
 func replay(t *testing.T, s *scenario.Scenario) Result {

@@ -102,9 +102,12 @@ type AddrError struct {
 	Err         error
 }
 
+// Error says which address is taken and why.
 func (e *AddrError) Error() string {
 	return fmt.Sprintf("%s address %s is not available: %v", e.Which, e.Addr, e.Err)
 }
+
+// Unwrap returns the listen error.
 func (e *AddrError) Unwrap() error { return e.Err }
 
 // Start starts etcd and the Kafka broker, creates the topic, and builds the

@@ -8,28 +8,23 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/internal/cli/common"
-	"github.com/kvindex/kvindex/internal/opsserver"
 )
 
 // flags are the command's flags beyond the shared ones.
 type flags struct {
-	logging       common.Logging
-	kafka         common.Kafka
-	etcd          common.Etcd // accepted, unused (see NewCommand)
-	zmq           string
-	replay        string
-	zmqTopic      string
-	offsetByRank  bool
-	metricsListen string
-	pprof         bool
-	cfg           bridge.Config
+	logging      common.Logging
+	kafka        common.Kafka
+	zmq          string
+	replay       string
+	zmqTopic     string
+	offsetByRank bool
+	ops          common.Ops
+	cfg          bridge.Config
 }
 
 // NewCommand returns `kvindex bridge`.
@@ -49,19 +44,13 @@ restart keeps the endpoint's blocks).
 
 The engine of data-parallel rank N binds its configured ports + N (vLLM's
 rule); give the configured endpoints and --dp-rank N, or set
---offset-by-rank=false and give the exact ports.
-
-The bridge never talks to etcd: the shared --etcd-* flags are accepted, as
-by every role, and ignored.`,
+--offset-by-rank=false and give the exact ports.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
 	}
 	fs := cmd.Flags()
 	f.logging.Register(fs)
 	f.kafka.Register(fs)
-	// Every role takes the shared flags (the CLI flag contract), so one
-	// argument template fits all; the bridge ignores the etcd ones.
-	f.etcd.Register(fs)
 	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
 	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
@@ -69,8 +58,7 @@ by every role, and ignored.`,
 	fs.StringVar(&f.cfg.Model, "model", "", "the served model name; required")
 	fs.Uint32Var(&f.cfg.DPRank, "dp-rank", 0, "the engine's data-parallel rank (dp_rank header, and the port offset)")
 	fs.BoolVar(&f.offsetByRank, "offset-by-rank", true, "add --dp-rank to the ports of --zmq and --replay, as vLLM does when it binds them")
-	fs.StringVar(&f.metricsListen, "metrics-listen", common.DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
-	fs.BoolVar(&f.pprof, "pprof", false, "serve /debug/pprof/ on the ops HTTP server")
+	f.ops.Register(fs)
 	fs.DurationVar(&f.cfg.HeartbeatInterval, "heartbeat-interval", f.cfg.HeartbeatInterval, "period of kind=heartbeat records while the engine is connected (keep well below the ingester's --liveness-window)")
 	fs.DurationVar(&f.cfg.GracePeriod, "grace-period", f.cfg.GracePeriod, "after SIGTERM, how long to watch the engine: goodbye if it goes away, none if it stays (0: never goodbye)")
 	fs.DurationVar(&f.cfg.FlushTimeout, "flush-timeout", f.cfg.FlushTimeout, "bound on each Kafka flush at shutdown")
@@ -82,6 +70,9 @@ by every role, and ignored.`,
 }
 
 func (f *flags) run(ctx context.Context) error {
+	if err := f.kafka.ValidateTopic(); err != nil {
+		return err
+	}
 	log, err := f.logging.Logger()
 	if err != nil {
 		return err
@@ -98,15 +89,14 @@ func (f *flags) run(ctx context.Context) error {
 			return fmt.Errorf("--replay: %w", err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg := common.NewRegistry()
 	cfg.Registerer = reg
 	cfg.Logger = log.With("component", "bridge")
 	b, err := bridge.New(cfg)
 	if err != nil {
 		return err
 	}
-	ops, err := opsserver.New(opsserver.Config{Addr: f.metricsListen, Registry: reg, Ready: b.Ready, Pprof: f.pprof})
+	ops, err := f.ops.Server(reg, b.Ready)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,8 @@ func TestBadFlags(t *testing.T) {
 		{"offset_past_last_port", []string{"--pod", "p", "--model", "m", "--zmq", "tcp://e:65535", "--dp-rank", "1"}, "--zmq"},
 		{"bad_log_level", []string{"--pod", "p", "--model", "m", "--log-level", "loud"}, "level"},
 		{"positional_args", []string{"--pod", "p", "--model", "m", "extra"}, "unknown command"},
+		{"etcd_flag", []string{"--pod", "p", "--model", "m", "--etcd-endpoints", "http://e:2379"}, "unknown flag: --etcd-endpoints"},
+		{"bad_topic", []string{"--pod", "p", "--model", "m", "--topic", "bad topic/x"}, "--topic: topic name"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()
@@ -65,8 +67,6 @@ func TestRun(t *testing.T) {
 		"--brokers", strings.Join(k.Brokers, ","), "--topic", "events",
 		"--pod", "ns/vllm-1", "--model", "m", "--dp-rank", "1",
 		"--metrics-listen", "127.0.0.1:0", "--grace-period", "0", "--log-level", "error",
-		// Shared flags every role accepts; unused by the bridge.
-		"--etcd-endpoints", "http://127.0.0.1:1", "--etcd-prefix", "/kvindex/v1/",
 	})
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()

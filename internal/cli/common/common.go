@@ -12,12 +12,15 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/opsserver"
 )
 
 // Default addresses. `kvindex standalone` listens on them, and the client
@@ -65,7 +68,7 @@ type Etcd struct {
 func (e *Etcd) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
-	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "how long to wait for the first etcd connection")
+	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down)")
 	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
 	fs.StringVar(&e.Cert, "etcd-cert", "", "PEM client certificate for etcd (needs --etcd-key)")
 	fs.StringVar(&e.Key, "etcd-key", "", "PEM client key for etcd (needs --etcd-cert)")
@@ -110,6 +113,36 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 		return nil, fmt.Errorf("connecting to etcd %v (--etcd-endpoints): %w", e.Endpoints, err)
 	}
 	return cli, nil
+}
+
+// Ops holds --metrics-listen and --pprof: the role's ops HTTP server.
+type Ops struct {
+	Listen string
+	Pprof  bool
+}
+
+// Register adds --metrics-listen and --pprof to fs.
+func (o *Ops) Register(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Listen, "metrics-listen", DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
+	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-listen")
+}
+
+// Server binds the ops HTTP server on --metrics-listen, serving reg and
+// reporting ready.
+func (o *Ops) Server(reg *prometheus.Registry, ready func() error) (*opsserver.Server, error) {
+	srv, err := opsserver.New(opsserver.Config{Addr: o.Listen, Registry: reg, Ready: ready, Pprof: o.Pprof})
+	if err != nil {
+		return nil, fmt.Errorf("%w (--metrics-listen)", err)
+	}
+	return srv, nil
+}
+
+// NewRegistry returns a Prometheus registry holding the Go runtime and
+// process collectors, for a role to register its own metrics on.
+func NewRegistry() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
 }
 
 // Kafka holds --brokers and --topic.

@@ -4,16 +4,14 @@
 package indexdcmd
 
 import (
+	"errors"
 	"fmt"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
-	"github.com/kvindex/kvindex/internal/opsserver"
 )
 
 // NewCommand returns `kvindex indexd`.
@@ -21,9 +19,7 @@ func NewCommand() *cobra.Command {
 	var (
 		logFlags  common.Logging
 		etcdFlags common.Etcd
-		kafka     common.Kafka
-		metrics   string
-		pprof     bool
+		ops       common.Ops
 		cfg       = indexd.DefaultConfig()
 	)
 	cmd := &cobra.Command{
@@ -36,6 +32,9 @@ same port. It reports NOT_SERVING until its first list is applied. Run any
 number of replicas; they share nothing but etcd.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
+				return err
+			}
 			log, err := logFlags.Logger()
 			if err != nil {
 				return err
@@ -50,37 +49,52 @@ number of replicas; they share nothing but etcd.`,
 				return err
 			}
 			defer cli.Close()
-			reg := prometheus.NewRegistry()
-			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
 			srv, err := indexd.New(cfg)
+			if errors.Is(err, indexd.ErrInvalidConfig) {
+				return err
+			}
+			if err != nil {
+				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
+			}
+			opsSrv, err := ops.Server(reg, srv.Ready)
 			if err != nil {
 				return err
 			}
-			ops, err := opsserver.New(opsserver.Config{Addr: metrics, Registry: reg, Ready: srv.Ready, Pprof: pprof})
-			if err != nil {
-				return err
-			}
-			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", ops.Addr(), "etcd", etcdFlags.Endpoints)
+			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", opsSrv.Addr(), "etcd", etcdFlags.Endpoints)
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return srv.Run(gctx) })
-			g.Go(func() error { return ops.Run(gctx) })
+			g.Go(func() error { return opsSrv.Run(gctx) })
 			return g.Wait()
 		},
 	}
 	fs := cmd.Flags()
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
-	kafka.Register(fs) // shared by every role; indexd reads Kafka offsets from etcd, not Kafka
+	ops.Register(fs)
 	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
-	fs.StringVar(&metrics, "metrics-listen", common.DefaultMetricsAddr, "ops HTTP listen address (/metrics, /healthz, /readyz)")
-	fs.BoolVar(&pprof, "pprof", false, "serve /debug/pprof/ on the ops HTTP address")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
+	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
 	fs.DurationVar(&cfg.BarrierTimeout, "barrier-timeout", indexd.DefaultBarrierTimeout, "how long a Lookup barrier waits when the request names no timeout")
 	fs.DurationVar(&cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")
 	fs.IntVar(&cfg.ListConcurrency, "list-concurrency", indexd.DefaultListConcurrency, "endpoint block ranges read from etcd at once while listing")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", indexd.DefaultShutdownGrace, "how long in-flight calls may finish on shutdown")
+	fs.IntVar(&cfg.MaxBarrierWaiters, "max-barrier-waiters", indexd.DefaultMaxBarrierWaiters, "most Lookups waiting on a barrier at once; past it a Lookup whose barrier is not met fails RESOURCE_EXHAUSTED")
+	fs.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", indexd.DefaultMaxConcurrentStreams, "most calls in flight on one client connection; more wait in the client")
+	fs.IntVar(&cfg.ListPageSize, "list-page-size", indexd.DefaultListPageSize, "endpoints per ListEndpoints page when the request names no page size")
+	fs.IntVar(&cfg.MaxListPageSize, "max-list-page-size", indexd.DefaultMaxListPageSize,
+		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
 	return cmd
+}
+
+// positiveFlags are the flags whose zero or negative value is refused:
+// indexd.Config reads zero as "the default", a flag value must mean what
+// it says.
+var positiveFlags = []string{
+	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
+	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
+	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 }

@@ -21,19 +21,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
 }
 
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func TestIndexdCommandServes(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	grpcAddr, opsAddr := freeAddr(t), freeAddr(t)
+	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
 	cmd := NewCommand()
 	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", grpcAddr, "--metrics-listen", opsAddr,
 		"--max-hashes", "16", "--log-level", "warn"})
@@ -77,5 +67,53 @@ func TestIndexdCommandServes(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("indexd returned %v on shutdown", err)
+	}
+}
+
+// TestIndexdCommandRefusesNonPositiveFlags: a zero or negative limit is an
+// error naming the flag, never silently the default.
+func TestIndexdCommandRefusesNonPositiveFlags(t *testing.T) {
+	for _, name := range positiveFlags {
+		for _, v := range []string{"0", "-1"} {
+			t.Run(strings.ReplaceAll(name, "-", "_")+"_"+strings.ReplaceAll(v, "-", "minus"), func(t *testing.T) {
+				f := NewCommand().Flags().Lookup(name)
+				if f == nil {
+					t.Fatalf("no flag --%s", name)
+				}
+				if f.Value.Type() == "duration" {
+					v += "s"
+				}
+				cmd := NewCommand()
+				cmd.SetArgs([]string{"--" + name, v})
+				cmd.SetOut(io.Discard)
+				cmd.SetErr(io.Discard)
+				err := cmd.Execute()
+				if err == nil || !strings.Contains(err.Error(), "--"+name+" must be positive") {
+					t.Fatalf("--%s %s: error %v, want one naming the flag", name, v, err)
+				}
+			})
+		}
+	}
+}
+
+// TestIndexdCommandNamesListenOnBusyPort: a gRPC address already in use is
+// an error that names --listen.
+func TestIndexdCommandNamesListenOnBusyPort(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", busy.Addr().String(),
+		"--metrics-listen", testutil.FreeAddr(t), "--log-level", "warn"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "(--listen)") || !strings.Contains(err.Error(), busy.Addr().String()) {
+		t.Fatalf("error = %v, want one naming --listen and the address", err)
 	}
 }

@@ -52,3 +52,14 @@ func TestIngesterCommand(t *testing.T) {
 		t.Fatalf("command returned %v, want nil on a clean stop", err)
 	}
 }
+
+// TestIngesterCommandRefusesBadTopic: a topic Kafka would refuse is an
+// error naming --topic, before anything connects.
+func TestIngesterCommandRefusesBadTopic(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--topic", "bad topic/x", "--metrics-listen", "127.0.0.1:0"})
+	err := cmd.ExecuteContext(context.Background())
+	if err == nil || !strings.HasPrefix(err.Error(), "--topic: topic name") {
+		t.Fatalf("error = %v, want one naming --topic", err)
+	}
+}

@@ -5,6 +5,7 @@
 package lookupcmd
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,11 +14,14 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
 )
 
@@ -35,26 +39,72 @@ type conn struct {
 	timeout time.Duration
 }
 
-func (c *conn) register(fs *pflag.FlagSet) {
+func (c *conn) register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&c.index, "index", common.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
 	fs.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
-	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of the call")
+	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of "+what)
 }
 
-func (c *conn) client() (*client.Client, error) {
+// check validates the shared flags.
+func (c *conn) check(fs *pflag.FlagSet) error {
 	if c.output != "table" && c.output != "json" {
-		return nil, usagef("-o %q: want table or json", c.output)
+		return usagef("-o %q: want table or json", c.output)
 	}
-	return client.New(c.index, client.WithTimeout(c.timeout))
+	if err := common.CheckPositive(fs, "timeout"); err != nil {
+		return usagef("%v", err)
+	}
+	return nil
+}
+
+// client returns a client whose calls, each bounded by --timeout, run
+// under the returned context, which --timeout bounds as a whole.
+func (c *conn) client(ctx context.Context) (*client.Client, context.Context, context.CancelFunc, error) {
+	cl, err := client.New(c.index, client.WithTimeout(c.timeout))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	return cl, ctx, cancel, nil
+}
+
+// barrierShare is the part of --timeout a barrier waits by default,
+// leaving the rest for the answer: a barrier that is not met then ends
+// with the server's message naming the lagging partition, not with the
+// call's bare deadline.
+const barrierShare = 0.9
+
+// barrierWait is the barrier timeout of a lookup: --barrier-timeout when
+// given, else barrierShare of --timeout, at most indexd's default
+// longest barrier timeout (which a server refuses to exceed unless
+// configured otherwise).
+func barrierWait(timeout, barrierTimeout time.Duration) (time.Duration, error) {
+	switch {
+	case barrierTimeout < 0:
+		return 0, usagef("--barrier-timeout must not be negative, got %s", barrierTimeout)
+	case barrierTimeout >= timeout:
+		return 0, usagef("--barrier-timeout %s must be shorter than --timeout %s, which bounds the whole call", barrierTimeout, timeout)
+	case barrierTimeout > 0:
+		return barrierTimeout, nil
+	}
+	return min(time.Duration(float64(timeout)*barrierShare), indexd.DefaultMaxBarrierTimeout), nil
+}
+
+// noHashes refuses a lookup without block hashes, saying what is missing.
+func noHashes(_ *cobra.Command, args []string) error {
+	if len(args) == 0 {
+		return usagef("no block hashes: give the prefix's block hashes in order, first block first (for example: kvindex lookup --model M e5068d13bba8906f 1c92a7b9b9bec94f)")
+	}
+	return nil
 }
 
 // NewCommand returns `kvindex lookup`.
 func NewCommand() *cobra.Command {
 	var (
-		c          conn
-		model      string
-		candidates []string
-		barriers   []string
+		c              conn
+		model          string
+		candidates     []string
+		barriers       []string
+		barrierTimeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "lookup --model MODEL HASH...",
@@ -64,13 +114,24 @@ prefix, given its block hashes in order (64-bit hex as in KV events and the
 fixtures, optionally 0x-prefixed), and prints per endpoint how many leading
 blocks it holds and each block's best tier.
 
+--after makes the answer wait until the named produced records are applied
+(read-your-events); --timeout bounds the whole call, that wait included,
+and the wait itself is --barrier-timeout (by default nine tenths of
+--timeout, so a barrier that is not met is reported with the partition
+that lags). In the table, names that are not printable (control
+characters, invalid UTF-8, or starting with a double quote) are shown
+Go-quoted; -o json prints them as they are.
+
 With -o json it prints one object:
   {"endpoints": [{"pod": P, "dp_rank": N, "blocks": N, "tiers": ["gpu", ...]}],
    "revision": N, "offsets": {"topic/partition": next offset, ...}}`,
 		Example: `  kvindex lookup --model meta-llama/Llama-3.1-8B-Instruct e5068d13bba8906f 1c92a7b9b9bec94f
   kvindex lookup --model m -o json --candidate vllm-0 --candidate vllm-1#1 0x9f4d1a9e22efe02c`,
-		Args: cobra.MinimumNArgs(1),
+		Args: noHashes,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := c.check(cmd.Flags()); err != nil {
+				return err
+			}
 			if model == "" {
 				return usagef("--model is required")
 			}
@@ -91,14 +152,19 @@ With -o json it prints one object:
 				if err != nil {
 					return err
 				}
-				opts = append(opts, client.WithBarrier(0, recs...))
+				wait, err := barrierWait(c.timeout, barrierTimeout)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, client.WithBarrier(wait, recs...))
 			}
-			cl, err := c.client()
+			cl, ctx, cancel, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
+			defer cancel()
 			defer cl.Close()
-			res, err := cl.Lookup(cmd.Context(), model, hashes, opts...)
+			res, err := cl.Lookup(ctx, model, hashes, opts...)
 			if err != nil {
 				return err
 			}
@@ -109,10 +175,11 @@ With -o json it prints one object:
 		},
 	}
 	fs := cmd.Flags()
-	c.register(fs)
+	c.register(fs, "the whole call, a barrier's wait (--after) included")
 	fs.StringVar(&model, "model", "", "served model name (required)")
 	fs.StringArrayVar(&candidates, "candidate", nil, "limit the answer to this endpoint, POD or POD#RANK (repeatable)")
 	fs.StringArrayVar(&barriers, "after", nil, "wait until this produced record is applied: TOPIC/PARTITION@OFFSET (repeatable)")
+	fs.DurationVar(&barrierTimeout, "barrier-timeout", 0, "how long the server waits for the --after records; shorter than --timeout (0: nine tenths of --timeout, at most 1m)")
 	return cmd
 }
 
@@ -127,20 +194,29 @@ func NewEndpointsCommand() *cobra.Command {
 		Short: "List the endpoints the index knows, with block counts per tier",
 		Long: `endpoints lists the endpoints an indexd replica knows (of one model with
 --model), with their block counts per tier, block size, Kafka partition and
-the time of their last KV event batch or heartbeat.
+the time of their last KV event batch or heartbeat. It reads the list page
+by page, so any number of endpoints works; --timeout bounds the whole
+listing. Each page reflects the etcd revision it was answered at: the
+footer (and "revision", "max_revision" in JSON) gives the lowest and the
+highest, equal unless the index changed while the pages were read. In
+the table, names that are not printable are shown Go-quoted.
 
 With -o json it prints one object:
   {"endpoints": [{"model": M, "pod": P, "dp_rank": N, "gpu_blocks": N,
     "cpu_blocks": N, "disk_blocks": N, "block_size": N, "partition": N,
-    "last_seen": RFC3339 or null}], "revision": N}`,
+    "last_seen": RFC3339 or null}], "revision": N, "max_revision": N}`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cl, err := c.client()
+			if err := c.check(cmd.Flags()); err != nil {
+				return err
+			}
+			cl, ctx, cancel, err := c.client(cmd.Context())
 			if err != nil {
 				return err
 			}
+			defer cancel()
 			defer cl.Close()
-			list, err := cl.ListEndpoints(cmd.Context(), model)
+			list, err := cl.ListEndpoints(ctx, model)
 			if err != nil {
 				return err
 			}
@@ -150,7 +226,7 @@ With -o json it prints one object:
 			return writeEndpointsTable(cmd.OutOrStdout(), list)
 		},
 	}
-	c.register(cmd.Flags())
+	c.register(cmd.Flags(), "the whole listing, every page included")
 	cmd.Flags().StringVar(&model, "model", "", "list only this model's endpoints")
 	return cmd
 }
@@ -263,7 +339,7 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, looked int) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POD\tDP_RANK\tBLOCKS\tTIERS")
 	for _, m := range res.Matches {
-		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\n", m.Endpoint.Pod, m.Endpoint.DPRank, m.Blocks, looked, tierRuns(m.Tiers))
+		fmt.Fprintf(tw, "%s\t%d\t%d/%d\t%s\n", display(m.Endpoint.Pod), m.Endpoint.DPRank, m.Blocks, looked, tierRuns(m.Tiers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -273,15 +349,16 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, looked int) error {
 	}
 	offs := make([]string, len(res.AppliedOffsets))
 	for i, o := range res.AppliedOffsets {
-		offs[i] = partitionName(o) + "=" + strconv.FormatInt(o.Offset, 10)
+		offs[i] = display(partitionName(o)) + "=" + strconv.FormatInt(o.Offset, 10)
 	}
 	_, err := fmt.Fprintf(w, "revision %d; applied offsets: %s\n", res.Revision, strings.Join(offs, " "))
 	return err
 }
 
 type endpointsJSON struct {
-	Endpoints []endpointJSON `json:"endpoints"`
-	Revision  int64          `json:"revision"`
+	Endpoints   []endpointJSON `json:"endpoints"`
+	Revision    int64          `json:"revision"`
+	MaxRevision int64          `json:"max_revision"`
 }
 
 type endpointJSON struct {
@@ -297,7 +374,7 @@ type endpointJSON struct {
 }
 
 func writeEndpointsJSON(w io.Writer, list *client.EndpointList) error {
-	out := endpointsJSON{Endpoints: []endpointJSON{}, Revision: list.Revision}
+	out := endpointsJSON{Endpoints: []endpointJSON{}, Revision: list.Revision, MaxRevision: list.MaxRevision}
 	for _, e := range list.Endpoints {
 		j := endpointJSON{Model: e.Model, Pod: e.Endpoint.Pod, DPRank: e.Endpoint.DPRank, GPUBlocks: e.GPUBlocks,
 			CPUBlocks: e.CPUBlocks, DiskBlocks: e.DiskBlocks, BlockSize: e.BlockSize, Partition: e.Partition}
@@ -320,12 +397,29 @@ func writeEndpointsTable(w io.Writer, list *client.EndpointList) error {
 		if !e.LastSeen.IsZero() {
 			seen = e.LastSeen.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", e.Model, e.Endpoint.Pod, e.Endpoint.DPRank,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", display(e.Model), display(e.Endpoint.Pod), e.Endpoint.DPRank,
 			e.GPUBlocks, e.CPUBlocks, e.DiskBlocks, e.BlockSize, e.Partition, seen)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if list.MaxRevision > list.Revision {
+		_, err := fmt.Fprintf(w, "%d endpoints in %d pages at revisions %d to %d (each page reflects one revision)\n",
+			len(list.Endpoints), list.Pages, list.Revision, list.MaxRevision)
+		return err
+	}
 	_, err := fmt.Fprintf(w, "%d endpoints at revision %d\n", len(list.Endpoints), list.Revision)
 	return err
+}
+
+// display returns s as a table shows it: as it is when every rune is
+// printable (letters, marks, numbers, punctuation, symbols, ASCII space)
+// and it does not start with a double quote; else Go-quoted, so a control
+// character cannot split a row or reach the terminal, and a quoted name
+// cannot be mistaken for a plain one.
+func display(s string) string {
+	if s != "" && !strings.HasPrefix(s, `"`) && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return s
+	}
+	return strconv.Quote(s)
 }

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,6 +37,13 @@ const model = "meta-llama/Llama-3.1-8B-Instruct"
 // indexd's address once every write is applied.
 func startIndex(t *testing.T) string {
 	t.Helper()
+	return startIndexWith(t, nil)
+}
+
+// startIndexWith is startIndex with extra etcd operations in the same
+// transaction and a change to indexd's config.
+func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op) string {
+	t.Helper()
 	e := testutil.StartEtcd(t)
 	ks := keyspace.Default()
 	ep0 := keyspace.Endpoint{Model: model, Pod: "vllm-0"}
@@ -42,18 +51,22 @@ func startIndex(t *testing.T) string {
 	rec, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeEngine, BlockSize: 16, LastRecord: time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC), Partition: 2}).Marshal()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	_, err := e.Client.Txn(ctx).Then(
+	ops := append([]clientv3.Op{
 		clientv3.OpPut(ks.EndpointKey(ep0), string(rec)),
 		clientv3.OpPut(ks.BlockKey(ep0, tier.GPU, 0xe5068d13bba8906f), ""),
 		clientv3.OpPut(ks.BlockKey(ep0, tier.CPU, 0x1c92a7b9b9bec94f), ""),
 		clientv3.OpPut(ks.BlockKey(ep1, tier.Disk, 0xe5068d13bba8906f), ""),
 		clientv3.OpPut(ks.OffsetKey(keyspace.Partition{Topic: "kvindex-events", Partition: 2}), "41"),
-	).Commit()
+	}, extra...)
+	_, err := e.Client.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := indexd.DefaultConfig()
 	cfg.Etcd, cfg.ListenAddr = e.Client, "127.0.0.1:0"
+	if mod != nil {
+		mod(&cfg)
+	}
 	srv, err := indexd.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -145,6 +158,11 @@ func TestLookupCommand(t *testing.T) {
 		{name: "bad_output", args: []string{"--index", addr, "--model", model, "-o", "yaml", "01"}, want: errUsage},
 		{name: "bad_after", args: []string{"--index", addr, "--model", model, "--after", "x", "01"}, want: errUsage},
 		{name: "server_limit", args: append([]string{"--index", addr, "--model", strings.Repeat("m", 600)}, hashes...), want: client.ErrInvalidArgument},
+		{name: "model_not_utf8", args: append([]string{"--index", addr, "--model", "bad\xffmodel"}, hashes...), want: client.ErrInvalidArgument},
+		{name: "zero_timeout", args: []string{"--index", addr, "--model", model, "--timeout", "0s", "01"}, want: errUsage},
+		{name: "negative_timeout", args: []string{"--index", addr, "--model", model, "--timeout", "-1s", "01"}, want: errUsage},
+		{name: "negative_barrier_timeout", args: []string{"--index", addr, "--model", model, "--after", "t/0@1", "--barrier-timeout", "-1s", "01"}, want: errUsage},
+		{name: "barrier_timeout_not_shorter", args: []string{"--index", addr, "--model", model, "--after", "t/0@1", "--timeout", "1s", "--barrier-timeout", "1s", "01"}, want: errUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := run(t, NewCommand, tc.args...); !errors.Is(err, tc.want) {
@@ -165,7 +183,7 @@ func TestEndpointsCommand(t *testing.T) {
 		t.Fatalf("output is not one JSON object: %v\n%s", err, out)
 	}
 	seen := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
-	want := endpointsJSON{Revision: got.Revision, Endpoints: []endpointJSON{
+	want := endpointsJSON{Revision: got.Revision, MaxRevision: got.Revision, Endpoints: []endpointJSON{
 		{Model: model, Pod: "team-a/vllm 1", DPRank: 1, DiskBlocks: 1},
 		{Model: model, Pod: "vllm-0", GPUBlocks: 1, CPUBlocks: 1, BlockSize: 16, Partition: 2, LastSeen: &seen},
 	}}
@@ -187,5 +205,145 @@ func TestEndpointsCommand(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+func TestLookupCommandArgs(t *testing.T) {
+	_, err := run(t, NewCommand, "--model", model)
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "no block hashes") {
+		t.Fatalf("no hashes: %v, want a usage error saying the hashes are missing", err)
+	}
+	for _, args := range [][]string{{"--timeout", "0s"}, {"--timeout", "-1s"}, {"-o", "yaml"}} {
+		if _, err := run(t, NewEndpointsCommand, args...); !errors.Is(err, errUsage) {
+			t.Errorf("endpoints %v: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestLookupTimeoutBoundsTheBarrier: --timeout bounds the whole call, so
+// the barrier waits nine tenths of it (or --barrier-timeout), not the
+// server's default 5 s, and the error names the lagging partition.
+func TestLookupTimeoutBoundsTheBarrier(t *testing.T) {
+	addr := startIndex(t) // kvindex-events/2 has applied up to next offset 41
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "nine_tenths_of_timeout", args: []string{"--timeout", "300ms"}, want: "waited 270ms"},
+		{name: "barrier_timeout_flag", args: []string{"--timeout", "2s", "--barrier-timeout", "100ms"}, want: "waited 100ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{"--index", addr, "--model", model, "--after", "kvindex-events/2@41"}, tc.args...)
+			_, err := run(t, NewCommand, append(args, "e5068d13bba8906f")...)
+			if !errors.Is(err, client.ErrDeadlineExceeded) || !strings.Contains(err.Error(), "kvindex-events/2") || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want ErrDeadlineExceeded naming kvindex-events/2 and %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestTablesQuoteUnprintableNames: a name with a control character is
+// quoted in the tables, so it cannot split a row; JSON keeps it as it is.
+func TestTablesQuoteUnprintableNames(t *testing.T) {
+	ks := keyspace.Default()
+	odd := []string{"nl\npod", "nul\x00pod", "tab\tpod", `"quoted"`}
+	var ops []clientv3.Op
+	for _, pod := range odd {
+		ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: model, Pod: pod}, tier.GPU, 0xe5068d13bba8906f), ""))
+	}
+	ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: "m\x1b[31m", Pod: "p"}, tier.GPU, 1), ""))
+	addr := startIndexWith(t, nil, ops...)
+
+	lookupOut, err := run(t, NewCommand, "--index", addr, "--model", model, "e5068d13bba8906f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	endpointsOut, err := run(t, NewEndpointsCommand, "--index", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		out       string
+		wantLines int
+		want      []string
+	}{
+		// header, 6 endpoints, the revision line
+		{name: "lookup", out: lookupOut, wantLines: 8, want: []string{`"nl\npod"`, `"nul\x00pod"`, `"tab\tpod"`, `"\"quoted\""`, "vllm-0"}},
+		// header, 7 endpoints, the footer
+		{name: "endpoints", out: endpointsOut, wantLines: 9, want: []string{`"nl\npod"`, `"m\x1b[31m"`, "team-a/vllm 1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := strings.Count(tc.out, "\n"); n != tc.wantLines {
+				t.Errorf("%d lines, want %d:\n%s", n, tc.wantLines, tc.out)
+			}
+			if strings.ContainsAny(tc.out, "\x00\x1b\t") {
+				t.Errorf("raw control characters in the table:\n%q", tc.out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(tc.out, w) {
+					t.Errorf("table lacks %s:\n%s", w, tc.out)
+				}
+			}
+		})
+	}
+
+	out, err := run(t, NewEndpointsCommand, "--index", addr, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got endpointsJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	var pods []string
+	for _, e := range got.Endpoints {
+		pods = append(pods, e.Pod)
+	}
+	if !slices.Contains(pods, "nl\npod") || !slices.Contains(pods, "nul\x00pod") {
+		t.Fatalf("JSON pods %q lack the names as they are", pods)
+	}
+}
+
+// TestEndpointsCommandWalksPages: more endpoints than one page holds are
+// all listed.
+func TestEndpointsCommandWalksPages(t *testing.T) {
+	ks := keyspace.Default()
+	var ops []clientv3.Op
+	for i := range 30 {
+		ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: "paged", Pod: fmt.Sprintf("pod-%02d", i)}, tier.CPU, 1), ""))
+	}
+	addr := startIndexWith(t, func(c *indexd.Config) { c.ListPageSize = 7 }, ops...)
+	out, err := run(t, NewEndpointsCommand, "--index", addr, "--model", "paged", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got endpointsJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Endpoints) != 30 || got.Endpoints[0].Pod != "pod-00" || got.Endpoints[29].Pod != "pod-29" || got.Revision != got.MaxRevision {
+		t.Fatalf("listed %d endpoints (want 30 in order) at revisions %d..%d", len(got.Endpoints), got.Revision, got.MaxRevision)
+	}
+}
+
+func TestDisplay(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{name: "plain", in: "team-a/vllm 0@10.0.0.5:8000", want: "team-a/vllm 0@10.0.0.5:8000"},
+		{name: "printable_unicode", in: "modèle-日本", want: "modèle-日本"},
+		{name: "newline", in: "a\nb", want: `"a\nb"`},
+		{name: "nul", in: "a\x00", want: `"a\x00"`},
+		{name: "escape_sequence", in: "\x1b[2J", want: `"\x1b[2J"`},
+		{name: "invalid_utf8", in: "a\xffb", want: `"a\xffb"`},
+		{name: "no_break_space", in: "a\u00a0b", want: `"a\u00a0b"`},
+		{name: "leading_quote", in: `"x"`, want: `"\"x\""`},
+		{name: "empty", in: "", want: `""`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := display(tc.in); got != tc.want {
+				t.Fatalf("display(%q) = %s, want %s", tc.in, got, tc.want)
+			}
+		})
 	}
 }

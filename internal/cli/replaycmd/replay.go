@@ -79,6 +79,12 @@ already hold the scenarios' models.`,
 }
 
 func run(ctx context.Context, out io.Writer, f *flags, files []string) error {
+	if err := common.ValidateTopic(f.topic); err != nil {
+		return &exitError{2, fmt.Errorf("--topic: %w", err)}
+	}
+	if f.barrierTimeout <= 0 {
+		return &exitError{2, fmt.Errorf("--barrier-timeout must be positive, got %s", f.barrierTimeout)}
+	}
 	if (len(f.brokers) == 0) != (f.index == "") {
 		return &exitError{2, errors.New("--brokers and --index go together (give both to target a deployment, neither for an embedded stack)")}
 	}
@@ -180,7 +186,7 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 		return
 	}
 	if len(res.Mismatches) == 0 {
-		fmt.Fprintf(out, "PASS %s (%d records, %d lookups)\n", res.Scenario, res.Publishes, res.Lookups)
+		fmt.Fprintf(out, "PASS %s (%s, %s)\n", res.Scenario, count(res.Publishes, "record"), count(res.Lookups, "lookup"))
 		return
 	}
 	fmt.Fprintf(out, "FAIL %s (%s)\n", res.Scenario, s.Path)
@@ -196,6 +202,14 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 			fmt.Fprintf(out, "    - %s\n", d)
 		}
 	}
+}
+
+// count renders "1 lookup", "2 lookups", "0 lookups".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 func render(ms []scenario.Match) string {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/stack"
 )
@@ -28,6 +29,7 @@ type flags struct {
 	metricsAddr string
 	topic       string
 	partitions  int32
+	liveness    time.Duration
 }
 
 // flagOf names the flag that sets each component's address, for errors.
@@ -46,6 +48,12 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 --data-dir, so a restart resumes where it stopped. Ctrl-C stops it cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.CheckPositive(cmd.Flags(), "partitions"); err != nil {
+				return err
+			}
+			if err := common.ValidateTopic(f.topic); err != nil {
+				return fmt.Errorf("--topic: %w", err)
+			}
 			return run(cmd.Context(), cmd.OutOrStdout(), &f)
 		},
 	}
@@ -62,6 +70,7 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 	fs.StringVar(&f.metricsAddr, "metrics-listen", stack.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
 	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
+	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
 	return cmd
 }
 
@@ -73,6 +82,7 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	s, err := stack.Start(ctx, stack.Config{
 		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
 		Topic: f.topic, Partitions: f.partitions, Logger: log,
+		Ingester: func(c *ingester.Config) { c.LivenessWindow = f.liveness },
 	})
 	var ae *stack.AddrError
 	if errors.As(err, &ae) {

@@ -483,11 +483,23 @@ func (x *LookupResponse) GetAppliedOffsets() []*PartitionOffset {
 	return nil
 }
 
-// ListEndpointsRequest asks for the endpoints the index knows.
+// ListEndpointsRequest asks for one page of the endpoints the index knows.
 type ListEndpointsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// model limits the list to one model. Empty lists every model.
-	Model         string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,1,opt,name=model,proto3" json:"model,omitempty"`
+	// page_size is the most endpoints to return. Zero means the server's
+	// default page size (500 unless configured); a value above the server's
+	// maximum (2000 unless configured) is lowered to it. Negative is
+	// INVALID_ARGUMENT. A page may hold fewer endpoints than asked for even
+	// when more follow: only an empty next_page_token ends the list.
+	PageSize int32 `protobuf:"varint,2,opt,name=page_size,json=pageSize,proto3" json:"page_size,omitempty"`
+	// page_token is a previous response's next_page_token, to continue that
+	// list; empty starts from the first endpoint. Tokens are opaque and do
+	// not expire: one names the last endpoint returned, so it works on any
+	// replica and at any revision. It must come from a request with the same
+	// model, or be used with an empty model.
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -525,6 +537,20 @@ func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
 func (x *ListEndpointsRequest) GetModel() string {
 	if x != nil {
 		return x.Model
+	}
+	return ""
+}
+
+func (x *ListEndpointsRequest) GetPageSize() int32 {
+	if x != nil {
+		return x.PageSize
+	}
+	return 0
+}
+
+func (x *ListEndpointsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
 	}
 	return ""
 }
@@ -640,13 +666,21 @@ func (x *EndpointInfo) GetPartition() int32 {
 	return 0
 }
 
-// ListEndpointsResponse lists endpoints.
+// ListEndpointsResponse is one page of endpoints.
 type ListEndpointsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// endpoints are ordered by model, then pod, then dp_rank.
+	// endpoints are ordered by model, then pod, then dp_rank; each page
+	// continues after the last endpoint of the page before.
 	Endpoints []*EndpointInfo `protobuf:"bytes,1,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
-	// revision is the etcd revision of the index state that answered.
-	Revision      int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// revision is the etcd revision of the index state that answered this
+	// page. Each page is answered at its own revision (the replica's at the
+	// time of the call), so a list of several pages may mix revisions: an
+	// endpoint added meanwhile before the token's position is missed, one
+	// removed after its page was returned is still listed.
+	Revision int64 `protobuf:"varint,2,opt,name=revision,proto3" json:"revision,omitempty"`
+	// next_page_token continues the list in the next request's page_token;
+	// empty when this page is the last.
+	NextPageToken string `protobuf:"bytes,3,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -695,6 +729,13 @@ func (x *ListEndpointsResponse) GetRevision() int64 {
 	return 0
 }
 
+func (x *ListEndpointsResponse) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
+}
+
 var File_kvindex_v1_index_proto protoreflect.FileDescriptor
 
 const file_kvindex_v1_index_proto_rawDesc = "" +
@@ -725,9 +766,12 @@ const file_kvindex_v1_index_proto_rawDesc = "" +
 	"\x0eLookupResponse\x123\n" +
 	"\amatches\x18\x01 \x03(\v2\x19.kvindex.v1.EndpointMatchR\amatches\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12D\n" +
-	"\x0fapplied_offsets\x18\x03 \x03(\v2\x1b.kvindex.v1.PartitionOffsetR\x0eappliedOffsets\",\n" +
+	"\x0fapplied_offsets\x18\x03 \x03(\v2\x1b.kvindex.v1.PartitionOffsetR\x0eappliedOffsets\"h\n" +
 	"\x14ListEndpointsRequest\x12\x14\n" +
-	"\x05model\x18\x01 \x01(\tR\x05model\"\xab\x02\n" +
+	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
+	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xab\x02\n" +
 	"\fEndpointInfo\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x120\n" +
 	"\bendpoint\x18\x02 \x01(\v2\x14.kvindex.v1.EndpointR\bendpoint\x12\x1d\n" +
@@ -740,10 +784,11 @@ const file_kvindex_v1_index_proto_rawDesc = "" +
 	"\tlast_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\a \x01(\rR\tblockSize\x12\x1c\n" +
-	"\tpartition\x18\b \x01(\x05R\tpartition\"k\n" +
+	"\tpartition\x18\b \x01(\x05R\tpartition\"\x93\x01\n" +
 	"\x15ListEndpointsResponse\x126\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x18.kvindex.v1.EndpointInfoR\tendpoints\x12\x1a\n" +
-	"\brevision\x18\x02 \x01(\x03R\brevision*G\n" +
+	"\brevision\x18\x02 \x01(\x03R\brevision\x12&\n" +
+	"\x0fnext_page_token\x18\x03 \x01(\tR\rnextPageToken*G\n" +
 	"\x04Tier\x12\x14\n" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTIER_GPU\x10\x01\x12\f\n" +

@@ -43,11 +43,20 @@ type IndexServiceClient interface {
 	// Errors: INVALID_ARGUMENT for a missing model, too many block hashes or
 	// a malformed barrier (the message names the limit); DEADLINE_EXCEEDED
 	// when the barrier is not met in time (the message names the lagging
-	// partition); UNAVAILABLE until the replica has loaded its first snapshot.
+	// partition); RESOURCE_EXHAUSTED when the barrier would have to wait
+	// while the replica's limit of Lookups waiting on a barrier is reached
+	// (the message names it; retry later); UNAVAILABLE until the replica has
+	// loaded its first snapshot.
 	Lookup(ctx context.Context, in *LookupRequest, opts ...grpc.CallOption) (*LookupResponse, error)
 	// ListEndpoints lists the endpoints the index knows, with block counts per
-	// tier and the time of their last KV event or heartbeat. It is an operator
-	// view; routers use Lookup.
+	// tier and the time of their last KV event or heartbeat, one page at a
+	// time (AIP-158): pass each response's next_page_token as the next
+	// request's page_token until it comes back empty. It is an operator view;
+	// routers use Lookup.
+	//
+	// Errors: INVALID_ARGUMENT for an invalid model, a negative page_size or
+	// a page_token this API did not issue (or issued for another model);
+	// UNAVAILABLE until the replica has loaded its first snapshot.
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 }
 
@@ -93,11 +102,20 @@ type IndexServiceServer interface {
 	// Errors: INVALID_ARGUMENT for a missing model, too many block hashes or
 	// a malformed barrier (the message names the limit); DEADLINE_EXCEEDED
 	// when the barrier is not met in time (the message names the lagging
-	// partition); UNAVAILABLE until the replica has loaded its first snapshot.
+	// partition); RESOURCE_EXHAUSTED when the barrier would have to wait
+	// while the replica's limit of Lookups waiting on a barrier is reached
+	// (the message names it; retry later); UNAVAILABLE until the replica has
+	// loaded its first snapshot.
 	Lookup(context.Context, *LookupRequest) (*LookupResponse, error)
 	// ListEndpoints lists the endpoints the index knows, with block counts per
-	// tier and the time of their last KV event or heartbeat. It is an operator
-	// view; routers use Lookup.
+	// tier and the time of their last KV event or heartbeat, one page at a
+	// time (AIP-158): pass each response's next_page_token as the next
+	// request's page_token until it comes back empty. It is an operator view;
+	// routers use Lookup.
+	//
+	// Errors: INVALID_ARGUMENT for an invalid model, a negative page_size or
+	// a page_token this API did not issue (or issued for another model);
+	// UNAVAILABLE until the replica has loaded its first snapshot.
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
 	mustEmbedUnimplementedIndexServiceServer()
 }

@@ -1,0 +1,76 @@
+package common
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+// CheckPositive returns an error naming the first of the named flags of fs
+// whose value is zero or negative, so a flag never silently means "the
+// default" (the library Configs may still read zero as the default). It
+// reads int, uint and duration flags of any width; a name fs lacks, or of
+// another type, is an error too (a programming mistake, caught by tests).
+func CheckPositive(fs *pflag.FlagSet, names ...string) error {
+	for _, name := range names {
+		f := fs.Lookup(name)
+		if f == nil {
+			return fmt.Errorf("CheckPositive: no flag --%s", name)
+		}
+		v := f.Value.String()
+		var positive bool
+		switch f.Value.Type() {
+		case "int", "int8", "int16", "int32", "int64":
+			n, err := strconv.ParseInt(v, 10, 64)
+			positive = err == nil && n > 0
+		case "uint", "uint8", "uint16", "uint32", "uint64":
+			n, err := strconv.ParseUint(v, 10, 64)
+			positive = err == nil && n > 0
+		case "duration":
+			d, err := time.ParseDuration(v)
+			positive = err == nil && d > 0
+		default:
+			return fmt.Errorf("CheckPositive: --%s is a %s flag", name, f.Value.Type())
+		}
+		if !positive {
+			return fmt.Errorf("--%s must be positive, got %s", name, v)
+		}
+	}
+	return nil
+}
+
+// MaxTopicLen is the longest Kafka topic name (Kafka's own limit).
+const MaxTopicLen = 249
+
+// ValidateTopic reports a name Kafka would refuse as a topic: empty,
+// longer than 249 characters, "." or "..", or holding a character other
+// than ASCII letters, digits, '.', '_' and '-' (Kafka's
+// org.apache.kafka.common.internals.Topic rules).
+func ValidateTopic(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("empty topic name")
+	case len(name) > MaxTopicLen:
+		return fmt.Errorf("topic name is %d characters, Kafka's limit is %d", len(name), MaxTopicLen)
+	case name == "." || name == "..":
+		return fmt.Errorf("topic name %q is not allowed", name)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return fmt.Errorf("topic name %q has %q at byte %d: Kafka allows only ASCII letters, digits, '.', '_' and '-'", name, c, i)
+		}
+	}
+	return nil
+}
+
+// ValidateTopic checks --topic with the package function ValidateTopic,
+// naming the flag.
+func (k *Kafka) ValidateTopic() error {
+	if err := ValidateTopic(k.Topic); err != nil {
+		return fmt.Errorf("--topic: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,43 @@
+package standalonecmd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"testing"
+)
+
+// TestFlagsRefused: flags whose value would silently become the default,
+// or that Kafka would refuse, are errors naming the flag, checked before
+// anything starts (so no data directory is created either).
+func TestFlagsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{name: "zero_partitions", args: []string{"--partitions", "0"}, want: "--partitions must be positive, got 0"},
+		{name: "negative_partitions", args: []string{"--partitions", "-5"}, want: "--partitions must be positive, got -5"},
+		{name: "empty_topic", args: []string{"--topic", ""}, want: "--topic: empty topic name"},
+		{name: "topic_with_space_and_slash", args: []string{"--topic", "bad topic/x"}, want: "--topic: topic name \"bad topic/x\""},
+		{name: "topic_too_long", args: []string{"--topic", strings.Repeat("t", 250)}, want: "--topic: topic name is 250 characters"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir() + "/data"
+			cmd := NewCommand()
+			cmd.SetArgs(append(tc.args, "--data-dir", dir))
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			err := cmd.ExecuteContext(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one containing %q", err, tc.want)
+			}
+			if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("--data-dir after a refused flag: %v, want nothing created", err)
+			}
+		})
+	}
+}

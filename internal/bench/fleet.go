@@ -39,7 +39,9 @@ type FleetConfig struct {
 	ProbeEvery int
 	// MaxInFlight bounds the records produced but not yet seen on the
 	// second replica (or acknowledged, when not probed); the pacer waits
-	// when it is reached and counts a stall. Default 512.
+	// when it is reached and counts a stall. Default 200, under indexd's
+	// default bound on Lookups parked on a barrier (256), which an
+	// unpaced run would otherwise exceed.
 	MaxInFlight int
 	// BarrierTimeout bounds each probe's wait. Default 30 s.
 	BarrierTimeout time.Duration
@@ -66,7 +68,7 @@ func (c *FleetConfig) defaults() error {
 		c.ProbeEvery = 1
 	}
 	if c.MaxInFlight <= 0 {
-		c.MaxInFlight = 512
+		c.MaxInFlight = 200
 	}
 	if c.BarrierTimeout <= 0 {
 		c.BarrierTimeout = 30 * time.Second

@@ -263,7 +263,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.Float64Var(&fraction, "fraction", 0.5, "target rate as a fraction of the measured raw block-op ceiling; negative: unpaced")
 	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s (overrides --fraction when positive)")
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
-	fs.IntVar(&maxInFlight, "max-in-flight", 512, "batches produced but not yet confirmed before the pacer waits")
+	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	return cmd
 }

@@ -57,7 +57,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) ./internal/events/
 	$(GO) test -run '^$$' -fuzz '^FuzzParseKey$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
 	$(GO) test -run '^$$' -fuzz '^FuzzEndpointNames$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
-	$(GO) test -run '^$$' -fuzz '^FuzzApplyKey$$' -fuzztime $(FUZZTIME) ./indexd/
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyKey$$' -fuzztime $(FUZZTIME) ./internal/index/
 	$(GO) test -run '^$$' -fuzz '^FuzzLookupRequest$$' -fuzztime $(FUZZTIME) ./indexd/
 	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime $(FUZZTIME) ./indexd/
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameLimiter$$' -fuzztime $(FUZZTIME) ./bridge/

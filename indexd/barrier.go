@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/kvindex/kvindex/internal/index"
 )
 
 // broadcaster wakes every waiter at once: wait returns a channel that the
@@ -40,7 +42,7 @@ func (b *broadcaster) broadcast() {
 // offset is greater than the record's offset, held in Next) and returns
 // that index. It gives up after timeout or when ctx ends; a deadline
 // either way is ErrBarrierTimeout naming the first lagging partition.
-func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, timeout time.Duration) (*index, error) {
+func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffset, timeout time.Duration) (*index.Index, error) {
 	start := time.Now()
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
 	timer := time.NewTimer(timeout)
@@ -57,7 +59,7 @@ func (s *Server) waitBarrier(ctx context.Context, records []partitionOffset, tim
 		if ix == nil {
 			return nil, ErrNotReady
 		}
-		rec, applied, ok := ix.lagging(records)
+		rec, applied, ok := ix.Lagging(records)
 		if ok {
 			return ix, nil
 		}

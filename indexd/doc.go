@@ -46,10 +46,11 @@
 //
 // # The index
 //
-// The index (index.go): endpoints interned to integer IDs, per model one
-// map[uint64]uint32 from block hash to an inline (endpoint, tier mask) or
-// an endpoint set in a pointer-free arena. Lookup walks the hashes in
-// order keeping the shrinking set of endpoints still matching and stops
-// when it is empty. Memory and speed are measured by this package's
-// benchmarks against the goals of DESIGN "Performance goals" (BENCHMARKS.md).
+// The in-memory index is internal/index: endpoints interned to integer
+// IDs, per model one map[uint64]uint32 from block hash to an inline
+// (endpoint, tier mask) or an endpoint set in a pointer-free arena. Lookup
+// walks the hashes in order keeping the shrinking set of endpoints still
+// matching and stops when it is empty. Memory and speed are measured
+// against the goals of DESIGN "Performance goals" (internal/bench,
+// BENCHMARKS.md).
 package indexd

@@ -15,6 +15,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/internal/etcdembed"
+	"github.com/kvindex/kvindex/internal/index"
+	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -24,6 +26,12 @@ import (
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
 }
+
+// The models and pods the randomized tests draw from.
+var (
+	testModels = []string{"meta-llama/Llama-3.1-8B-Instruct", "m2"}
+	testPods   = []string{"vllm-0", "team-a/vllm 1@10.0.0.5:8000", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11"}
+)
 
 // testTimeout bounds every wait of these tests.
 const testTimeout = 30 * time.Second
@@ -176,7 +184,7 @@ func (w *writer) barrier() *kvindexv1.Barrier {
 
 // lookup calls Lookup after the writer's last commit is applied and
 // returns the matches in the index's terms.
-func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, cands []keyspace.Endpoint) ([]match, *kvindexv1.LookupResponse) {
+func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, cands []keyspace.Endpoint) ([]index.Match, *kvindexv1.LookupResponse) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -191,21 +199,21 @@ func lookup(t *testing.T, r *replica, w *writer, model string, hashes []uint64, 
 	return matchesOf(model, resp), resp
 }
 
-func matchesOf(model string, resp *kvindexv1.LookupResponse) []match {
-	var out []match
+func matchesOf(model string, resp *kvindexv1.LookupResponse) []index.Match {
+	var out []index.Match
 	for _, m := range resp.Matches {
 		ts := make([]tier.Tier, len(m.Tiers))
 		for i, x := range m.Tiers {
 			ts[i] = tier.Tier(x)
 		}
-		out = append(out, match{Endpoint: keyspace.Endpoint{Model: model, Pod: m.Endpoint.Pod, Rank: m.Endpoint.DpRank}, Blocks: int(m.MatchedBlocks), Tiers: ts})
+		out = append(out, index.Match{Endpoint: keyspace.Endpoint{Model: model, Pod: m.Endpoint.Pod, Rank: m.Endpoint.DpRank}, Blocks: int(m.MatchedBlocks), Tiers: ts})
 	}
 	return out
 }
 
 // etcdState reads what etcd holds under the default prefix into a
 // reference model.
-func etcdState(t *testing.T, cli *clientv3.Client) *refModel {
+func etcdState(t *testing.T, cli *clientv3.Client) *indextest.Reference {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
@@ -214,16 +222,16 @@ func etcdState(t *testing.T, cli *clientv3.Client) *refModel {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ref := newRefModel()
+	ref := indextest.NewReference()
 	for _, kv := range resp.Kvs {
 		switch ks.KindOf(string(kv.Key)) {
 		case keyspace.KindBlock:
 			if b, err := ks.ParseBlockKey(string(kv.Key)); err == nil {
-				ref.present[b] = true
+				ref.Present[b] = true
 			}
 		case keyspace.KindEndpoint:
 			if ep, err := ks.ParseEndpointKey(string(kv.Key)); err == nil {
-				ref.records[ep] = true
+				ref.Records[ep] = true
 			}
 		}
 	}
@@ -248,9 +256,9 @@ func ownClient(t *testing.T, endpoints []string) *clientv3.Client {
 	return cli
 }
 
-func sortedHashes(ref *refModel, model string) []uint64 {
+func sortedHashes(ref *indextest.Reference, model string) []uint64 {
 	var hs []uint64
-	for b := range ref.present {
+	for b := range ref.Present {
 		if b.Endpoint.Model == model {
 			hs = append(hs, b.Hash)
 		}

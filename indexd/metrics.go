@@ -2,6 +2,8 @@ package indexd
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/internal/index"
 )
 
 // metrics are indexd's Prometheus metrics (subsystem "indexd").
@@ -21,7 +23,7 @@ type metrics struct {
 
 // newMetrics builds the metrics and registers them, with gauges that read
 // the current index through cur, on reg (when non-nil).
-func newMetrics(reg *prometheus.Registry, cur func() *index) *metrics {
+func newMetrics(reg *prometheus.Registry, cur func() *index.Index) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_requests_total",
@@ -74,7 +76,7 @@ func newMetrics(reg *prometheus.Registry, cur func() *index) *metrics {
 	if reg == nil {
 		return m
 	}
-	stat := func(name, help string, f func(*index) float64) prometheus.Collector {
+	stat := func(name, help string, f func(*index.Index) float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			if ix := cur(); ix != nil {
 				return f(ix)
@@ -85,13 +87,13 @@ func newMetrics(reg *prometheus.Registry, cur func() *index) *metrics {
 	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
 		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready,
 		stat("kvindex_indexd_revision", "etcd revision the serving index reflects.",
-			func(ix *index) float64 { return float64(ix.Revision()) }),
+			func(ix *index.Index) float64 { return float64(ix.Revision()) }),
 		stat("kvindex_indexd_entries", "Present (block, endpoint, tier) entries in the serving index.",
-			func(ix *index) float64 { return float64(ix.stats().Entries) }),
+			func(ix *index.Index) float64 { return float64(ix.Stats().Entries) }),
 		stat("kvindex_indexd_endpoints", "Endpoints in the serving index.",
-			func(ix *index) float64 { return float64(ix.stats().Endpoints) }),
+			func(ix *index.Index) float64 { return float64(ix.Stats().Endpoints) }),
 		stat("kvindex_indexd_set_arena_bytes", "Bytes of endpoint sets (blocks held by several endpoints) in the serving index.",
-			func(ix *index) float64 { return float64(4 * ix.stats().SetWords) }),
+			func(ix *index.Index) float64 { return float64(4 * ix.Stats().SetWords) }),
 	)
 	return m
 }

@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
@@ -35,7 +36,7 @@ type reflector struct {
 	cfg  Config
 	log  *slog.Logger
 	m    *metrics
-	cur  atomic.Pointer[index]
+	cur  atomic.Pointer[index.Index]
 	bcst *broadcaster
 	// onReady runs once, after the first list is published.
 	onReady func()
@@ -45,13 +46,13 @@ type reflector struct {
 var errWatchClosed = errors.New("indexd: watch channel closed")
 
 // current returns the serving index, or nil before the first list.
-func (r *reflector) current() *index { return r.cur.Load() }
+func (r *reflector) current() *index.Index { return r.cur.Load() }
 
 // run lists and watches until ctx ends; it returns nil then. Every other
 // failure is retried with backoff.
 func (r *reflector) run(ctx context.Context) error {
 	bo := backoff{min: r.cfg.BackoffMin, max: r.cfg.BackoffMax}
-	var ix *index
+	var ix *index.Index
 	reason := "start"
 	for ctx.Err() == nil {
 		if ix == nil {
@@ -107,13 +108,13 @@ func (r *reflector) run(ctx context.Context) error {
 // range, so small pages over a big prefix are quadratic). The ranges are
 // contiguous, so block keys of an endpoint with no record are read too.
 // Up to ListConcurrency ranges are in flight; this goroutine applies them.
-func (r *reflector) list(ctx context.Context) (*index, error) {
+func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	start := time.Now()
-	ix := newIndex(r.ks)
+	ix := index.New(r.ks)
 	var bad []badKey
 	apply := func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
-			if kind, err := ix.applyPut(bytesString(kv.Key), kv.Value); err != nil {
+			if kind, err := ix.ApplyPut(bytesString(kv.Key), kv.Value); err != nil {
 				bad = appendBad(bad, kind, kv.Key, err)
 			}
 		}
@@ -131,10 +132,7 @@ func (r *reflector) list(ctx context.Context) (*index, error) {
 	}
 	apply(resp.Kvs)
 
-	bounds := make([]string, 0, len(ix.byPrefix)+2)
-	for p := range ix.byPrefix {
-		bounds = append(bounds, p)
-	}
+	bounds := ix.EndpointPrefixes()
 	slices.Sort(bounds)
 	blocks := r.ks.BlocksPrefix()
 	if len(bounds) > 0 {
@@ -174,9 +172,9 @@ func (r *reflector) list(ctx context.Context) (*index, error) {
 	if err := <-feeder; err != nil {
 		return nil, err
 	}
-	ix.revision = rev
+	ix.Write(rev, func() {})
 	r.logBad(bad, "listing")
-	st := ix.stats()
+	st := ix.Stats()
 	d := time.Since(start)
 	r.m.listSeconds.Observe(d.Seconds())
 	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
@@ -186,7 +184,7 @@ func (r *reflector) list(ctx context.Context) (*index, error) {
 
 // watch applies the watch from ix's revision + 1 until it breaks, and
 // returns why, and whether any response arrived.
-func (r *reflector) watch(ctx context.Context, ix *index) (bool, error) {
+func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	from := ix.Revision() + 1
@@ -200,7 +198,7 @@ func (r *reflector) watch(ctx context.Context, ix *index) (bool, error) {
 		progressed = true
 		if resp.IsProgressNotify() {
 			// Every event up to the header's revision has been delivered.
-			ix.write(resp.Header.Revision, func() {})
+			ix.Write(resp.Header.Revision, func() {})
 			continue
 		}
 		r.apply(ix, resp.Events)
@@ -210,7 +208,7 @@ func (r *reflector) watch(ctx context.Context, ix *index) (bool, error) {
 
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only.
-func (r *reflector) apply(ix *index, events []*clientv3.Event) {
+func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
 	var counts [keyspace.KindIngester + 1]int
 	var bad []badKey
 	for i := 0; i < len(events); {
@@ -220,14 +218,14 @@ func (r *reflector) apply(ix *index, events []*clientv3.Event) {
 			j++
 		}
 		offsets := false
-		ix.write(rev, func() {
+		ix.Write(rev, func() {
 			for _, ev := range events[i:j] {
 				var kind keyspace.Kind
 				var err error
 				if ev.Type == mvccpb.DELETE {
-					kind, err = ix.applyDelete(bytesString(ev.Kv.Key))
+					kind, err = ix.ApplyDelete(bytesString(ev.Kv.Key))
 				} else {
-					kind, err = ix.applyPut(bytesString(ev.Kv.Key), ev.Kv.Value)
+					kind, err = ix.ApplyPut(bytesString(ev.Kv.Key), ev.Kv.Value)
 				}
 				counts[kind]++
 				offsets = offsets || kind == keyspace.KindOffset
@@ -277,7 +275,7 @@ func (r *reflector) logBad(bad []badKey, phase string) {
 }
 
 // bytesString views b as a string without copying. Only for keys the index
-// reads and does not keep (it clones what it keeps, see index.intern):
+// reads and does not keep (it clones what it keeps, see index.Index.Put):
 // listing reads millions of keys, and a copy each is measurable.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 

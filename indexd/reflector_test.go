@@ -11,6 +11,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/kvindex/kvindex/internal/index"
+	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -23,13 +25,13 @@ type stream struct {
 	t    *testing.T
 	rng  *rand.Rand
 	w    *writer
-	ref  *refModel
+	ref  *indextest.Reference
 	pool []uint64
 	eps  []keyspace.Endpoint
 }
 
 func newStream(t *testing.T, w *writer, seed uint64) *stream {
-	s := &stream{t: t, rng: rand.New(rand.NewPCG(seed, 11)), w: w, ref: newRefModel()}
+	s := &stream{t: t, rng: rand.New(rand.NewPCG(seed, 11)), w: w, ref: indextest.NewReference()}
 	for range 16 {
 		s.pool = append(s.pool, s.rng.Uint64())
 	}
@@ -50,18 +52,18 @@ func (s *stream) step(n int) {
 		switch r := s.rng.IntN(100); {
 		case r < 4: // a range drop, alone in its transaction
 			s.w.commit(s.w.drop(ep))
-			for b := range s.ref.present {
+			for b := range s.ref.Present {
 				if b.Endpoint == ep {
-					delete(s.ref.present, b)
+					delete(s.ref.Present, b)
 				}
 			}
 		case r < 8:
 			if s.rng.IntN(2) == 0 {
 				s.w.commit(s.w.record(ep, keyspace.EndpointRecord{BlockSize: 16, LastRecord: time.Unix(1700000000, 0).UTC()}))
-				s.ref.records[ep] = true
+				s.ref.Records[ep] = true
 			} else {
 				s.w.commit(clientv3.OpDelete(s.w.ks.EndpointKey(ep)))
-				delete(s.ref.records, ep)
+				delete(s.ref.Records, ep)
 			}
 		default: // a batch of block puts and deletes, last op per key wins
 			last := map[keyspace.Block]bool{}
@@ -73,10 +75,10 @@ func (s *stream) step(n int) {
 			for b, put := range last {
 				if put {
 					ops = append(ops, s.w.put(b))
-					s.ref.present[b] = true
+					s.ref.Present[b] = true
 				} else {
 					ops = append(ops, s.w.del(b))
-					delete(s.ref.present, b)
+					delete(s.ref.Present, b)
 				}
 			}
 			s.w.commit(ops...)
@@ -101,7 +103,7 @@ func (s *stream) check(r *replica) {
 				cands = []keyspace.Endpoint{s.eps[s.rng.IntN(len(s.eps))], s.eps[s.rng.IntN(len(s.eps))]}
 			}
 			got, _ := lookup(s.t, r, s.w, model, hashes, cands)
-			if diff := gocmp.Diff(s.ref.lookup(model, hashes, cands), got, cmpopts.EquateEmpty()); diff != "" {
+			if diff := gocmp.Diff(s.ref.Lookup(model, hashes, cands), got, cmpopts.EquateEmpty()); diff != "" {
 				s.t.Fatalf("Lookup(%s, %x, %v) (-reference +indexd):\n%s", model, hashes, cands, diff)
 			}
 		}
@@ -112,15 +114,15 @@ func (s *stream) check(r *replica) {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	var got []endpointInfo
+	var got []index.EndpointInfo
 	for _, e := range resp.Endpoints {
-		got = append(got, endpointInfo{
+		got = append(got, index.EndpointInfo{
 			Endpoint: keyspace.Endpoint{Model: e.Model, Pod: e.Endpoint.Pod, Rank: e.Endpoint.DpRank},
 			Blocks:   [tier.Count]uint64{e.GpuBlocks, e.CpuBlocks, e.DiskBlocks},
 			Record:   e.LastSeen != nil,
 		})
 	}
-	if diff := gocmp.Diff(s.ref.endpoints(""), got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(endpointInfo{}, "LastSeen", "BlockSize", "Partition")); diff != "" {
+	if diff := gocmp.Diff(s.ref.Endpoints(""), got, cmpopts.EquateEmpty(), cmpopts.IgnoreFields(index.EndpointInfo{}, "LastSeen", "BlockSize", "Partition")); diff != "" {
 		s.t.Fatalf("ListEndpoints (-reference +indexd):\n%s", diff)
 	}
 }
@@ -173,7 +175,7 @@ func TestListWatchRandomStream(t *testing.T) {
 	sameAnswers(t, a2, b, s)
 
 	// The reference is what etcd holds.
-	if diff := gocmp.Diff(s.ref, etcdState(t, e.Client), gocmp.AllowUnexported(refModel{}), cmpopts.EquateEmpty(), cmpopts.IgnoreFields(refModel{}, "offsets")); diff != "" {
+	if diff := gocmp.Diff(s.ref, etcdState(t, e.Client), cmpopts.EquateEmpty(), cmpopts.IgnoreFields(indextest.Reference{}, "Offsets")); diff != "" {
 		t.Fatalf("reference differs from etcd (-reference +etcd):\n%s", diff)
 	}
 	for _, r := range []*replica{a2, b} {
@@ -225,9 +227,9 @@ func TestCompactionWhileDisconnectedForcesRelist(t *testing.T) {
 	px.Cut()
 	for _, ep := range s.eps[:4] {
 		s.w.commit(s.w.drop(ep)) // deletes indexd must not keep as stale entries
-		for b := range s.ref.present {
+		for b := range s.ref.Present {
 			if b.Endpoint == ep {
-				delete(s.ref.present, b)
+				delete(s.ref.Present, b)
 			}
 		}
 	}

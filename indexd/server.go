@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -45,7 +46,7 @@ type Server struct {
 	bcst         *broadcaster
 	m            *metrics
 	ready        atomic.Bool
-	pool         sync.Pool // *lookupScratch
+	pool         sync.Pool // *index.Scratch
 	ran          atomic.Bool
 
 	// waiters counts the Lookups holding a barrier slot (acquireWaiter).
@@ -75,7 +76,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, lis: lis, health: health.NewServer(), bcst: newBroadcaster()}
 	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
-	s.pool.New = func() any { return new(lookupScratch) }
+	s.pool.New = func() any { return new(index.Scratch) }
 	s.refl = &reflector{cli: cfg.Etcd, ks: cfg.Keyspace, cfg: cfg, log: cfg.Logger, bcst: s.bcst, onReady: s.setReady}
 	s.m = newMetrics(cfg.Registry, s.refl.current)
 	s.refl.m = s.m
@@ -111,6 +112,20 @@ func (s *Server) setReady() {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
 	s.cfg.Logger.Info("indexd ready", "addr", s.Addr().String(), "revision", s.refl.current().Revision())
+}
+
+// ServeIndex makes the replica answer from ix instead of the index it
+// listed, until the reflector publishes its next list (a re-list after a
+// compaction); watched events keep going to the listed index, not to ix.
+// It exists for the benchmarks of this module (internal/bench), which
+// serve indexes of millions of entries without loading them into etcd;
+// ix's type is internal to the module. A nil ix is ignored.
+func (s *Server) ServeIndex(ix *index.Index) {
+	if ix == nil {
+		return
+	}
+	s.refl.cur.Store(ix)
+	s.bcst.broadcast()
 }
 
 // Run serves until ctx ends, then shuts down in the order the type's doc
@@ -221,7 +236,7 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 			cands[i] = keyspace.Endpoint{Pod: c.Pod, Rank: c.DpRank}
 		}
 	}
-	sc := s.pool.Get().(*lookupScratch)
+	sc := s.pool.Get().(*index.Scratch)
 	defer s.pool.Put(sc)
 	ix.Lookup(sc, req.Model, req.BlockHashes, cands)
 	return lookupResponse(sc), nil
@@ -229,7 +244,7 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 
 // lookupResponse copies a Lookup result out of its scratch into a
 // response, in a handful of allocations.
-func lookupResponse(sc *lookupScratch) *kvindexv1.LookupResponse {
+func lookupResponse(sc *index.Scratch) *kvindexv1.LookupResponse {
 	resp := &kvindexv1.LookupResponse{Revision: sc.Revision}
 	if n := len(sc.Matches); n > 0 {
 		total := 0
@@ -265,7 +280,7 @@ func lookupResponse(sc *lookupScratch) *kvindexv1.LookupResponse {
 // validateLookup checks req against the API's rules and the limits, and
 // returns the barrier's records (largest offset per partition, in Next)
 // and timeout.
-func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]partitionOffset, time.Duration, error) {
+func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.PartitionOffset, time.Duration, error) {
 	if err := s.checkSize(req); err != nil {
 		return nil, 0, err
 	}
@@ -309,7 +324,7 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]partitionOffset
 			timeout = d
 		}
 	}
-	records := make([]partitionOffset, 0, len(b.Records))
+	records := make([]index.PartitionOffset, 0, len(b.Records))
 	for i, r := range b.Records {
 		if err := keyspace.ValidateName("topic", r.GetTopic()); err != nil {
 			return nil, 0, fmt.Errorf("%w: barrier records[%d]: %v", ErrInvalidArgument, i, err)
@@ -319,11 +334,11 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]partitionOffset
 				ErrInvalidArgument, i, r.Partition, r.Offset)
 		}
 		p := keyspace.Partition{Topic: r.Topic, Partition: r.Partition}
-		if j := slices.IndexFunc(records, func(o partitionOffset) bool { return o.Partition == p }); j >= 0 {
+		if j := slices.IndexFunc(records, func(o index.PartitionOffset) bool { return o.Partition == p }); j >= 0 {
 			records[j].Next = max(records[j].Next, r.Offset)
 			continue
 		}
-		records = append(records, partitionOffset{Partition: p, Next: r.Offset})
+		records = append(records, index.PartitionOffset{Partition: p, Next: r.Offset})
 	}
 	return records, timeout, nil
 }

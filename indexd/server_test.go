@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -53,11 +54,11 @@ func TestLookupSemantics(t *testing.T) {
 		model  string
 		hashes []uint64
 		cands  []keyspace.Endpoint
-		want   []match
+		want   []index.Match
 	}{
 		{
 			name: "longest_leading_run_and_best_tier", model: model, hashes: []uint64{1, 2, 3, 4},
-			want: []match{
+			want: []index.Match{
 				{Endpoint: pod2, Blocks: 4, Tiers: tiers(tier.GPU, tier.GPU, tier.GPU, tier.GPU)},
 				{Endpoint: pod0, Blocks: 3, Tiers: tiers(tier.GPU, tier.GPU, tier.CPU)},
 				{Endpoint: pod1, Blocks: 2, Tiers: tiers(tier.CPU, tier.GPU)},
@@ -67,11 +68,11 @@ func TestLookupSemantics(t *testing.T) {
 		{
 			name: "candidates_filter", model: model, hashes: []uint64{1, 2, 3},
 			cands: []keyspace.Endpoint{{Pod: pod1.Pod}, {Pod: "unknown"}, {Pod: pod2.Pod, Rank: 0}},
-			want:  []match{{Endpoint: pod1, Blocks: 2, Tiers: tiers(tier.CPU, tier.GPU)}},
+			want:  []index.Match{{Endpoint: pod1, Blocks: 2, Tiers: tiers(tier.CPU, tier.GPU)}},
 		},
 		{
 			name: "models_are_separate", model: "m2", hashes: []uint64{1, 2, 3},
-			want: []match{{Endpoint: other, Blocks: 2, Tiers: tiers(tier.GPU, tier.GPU)}},
+			want: []index.Match{{Endpoint: other, Blocks: 2, Tiers: tiers(tier.GPU, tier.GPU)}},
 		},
 		{name: "unknown_model", model: "nope", hashes: []uint64{1}, want: nil},
 		{name: "no_hashes", model: model, hashes: nil, want: nil},

@@ -121,10 +121,6 @@ type Config struct {
 	// non-nil error aborts the ingester as a crash would: nothing more is
 	// written and Run returns the error.
 	BeforeTxn func(ctx context.Context, info TxnInfo) error
-
-	// txnObserver receives every write transaction before it is sent
-	// (benchmarks record them to replay against etcd directly).
-	txnObserver func(partition int32, req any)
 }
 
 // TxnInfo describes a write transaction to Config.BeforeTxn.

@@ -129,9 +129,6 @@ func (w *worker) send(ctx context.Context, kind TxnKind) error {
 		}
 	}
 	req := b.request()
-	if w.cfg.txnObserver != nil {
-		w.cfg.txnObserver(w.p.Partition, req)
-	}
 	backoff := 20 * time.Millisecond
 	for {
 		start := time.Now()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvindex/kvindex/internal/cli/benchcmd"
 	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
@@ -45,6 +46,7 @@ var subcommands = []func() *cobra.Command{
 	lookupcmd.NewEndpointsCommand,
 	standalonecmd.NewCommand,
 	replaycmd.NewCommand,
+	benchcmd.NewCommand,
 }
 
 // ExitCode returns the process exit status for an error from the command

@@ -244,6 +244,18 @@ func TestRecordsRoundTrip(t *testing.T) {
 			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
 		}
 	}
+	meta, err := UnmarshalEndpointMeta(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (EndpointMeta{BlockSize: rec.BlockSize, LastRecord: rec.LastRecord, Partition: rec.Partition}); meta != want {
+		t.Fatalf("UnmarshalEndpointMeta = %+v, want %+v", meta, want)
+	}
+	for _, bad := range []string{`{`, `[]`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","partition":"3"}`, `{"hash_mode":"engine","tier_leases":{"gpu":3}}`} {
+		if _, err := UnmarshalEndpointMeta([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
+			t.Errorf("UnmarshalEndpointMeta(%s) error = %v, want ErrMalformedValue", bad, err)
+		}
+	}
 	own := OwnerRecord{MemberID: "m-1", Generation: 4, Nonce: "n", Claimed: time.Unix(5, 0).UTC()}
 	ob, err := own.Marshal()
 	if err != nil {

@@ -119,6 +119,48 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	return r, nil
 }
 
+// EndpointMeta is the part of an EndpointRecord that readers listing
+// endpoints need (indexd keeps it for ListEndpoints).
+type EndpointMeta struct {
+	BlockSize  uint32
+	LastRecord time.Time
+	Partition  int32
+}
+
+// endpointMetaJSON decodes EndpointMeta's fields and what validation needs
+// (hash_mode, the tier_leases names); json skips the other fields, and the
+// lease shards are decoded as empty structs, without their hex IDs.
+type endpointMetaJSON struct {
+	BlockSize  uint32                `json:"block_size"`
+	HashMode   HashMode              `json:"hash_mode"`
+	LastRecord time.Time             `json:"last_record"`
+	Partition  int32                 `json:"partition"`
+	TierLeases map[string][]struct{} `json:"tier_leases"`
+}
+
+// UnmarshalEndpointMeta decodes the EndpointMeta of a stored endpoint
+// record without building the rest of it: indexd applies one record per
+// endpoint per ingester window, and decoding the lease shards was a third
+// of that cost (BENCHMARKS.md, "Where the time goes"). It returns
+// ErrMalformedValue for what UnmarshalEndpointRecord rejects, except lease
+// IDs that are not hex (it does not read them: leases are the ingester's
+// business).
+func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
+	var r endpointMetaJSON
+	if err := json.Unmarshal(v, &r); err != nil {
+		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
+	}
+	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
+		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
+	}
+	for name := range r.TierLeases {
+		if _, ok := tier.Parse(name); !ok {
+			return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
+		}
+	}
+	return EndpointMeta{BlockSize: r.BlockSize, LastRecord: r.LastRecord, Partition: r.Partition}, nil
+}
+
 // OwnerRecord is the value of owners/{topic}/{partition}: the ingester that
 // last claimed the partition (DESIGN "Writes: fencing", last claimer wins).
 type OwnerRecord struct {

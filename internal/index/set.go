@@ -1,4 +1,4 @@
-package indexd
+package index
 
 import (
 	"fmt"
@@ -90,7 +90,7 @@ func (a *setArena) alloc(c uint32, n int) (uint32, error) {
 	} else {
 		size := 1 + classCap(c)
 		if len(a.words)+size > int(maxSetOffset) {
-			return 0, fmt.Errorf("%w: the endpoint-set arena is full (%d words)", ErrIndexFull, len(a.words))
+			return 0, fmt.Errorf("%w: the endpoint-set arena is full (%d words)", ErrFull, len(a.words))
 		}
 		off = uint32(len(a.words))
 		a.words = append(a.words, make([]uint32, size)...)

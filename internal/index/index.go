@@ -1,4 +1,4 @@
-package indexd
+package index
 
 import (
 	"cmp"
@@ -12,7 +12,7 @@ import (
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
-// index is the in-memory image of kvindex's etcd keyspace at one revision:
+// Index is the in-memory image of kvindex's etcd keyspace at one revision:
 // per model, block hash -> the endpoints holding the block and their tiers;
 // the endpoints with their records and per-tier block counts; and the
 // partitions' applied next offsets.
@@ -24,18 +24,19 @@ import (
 // in a pointer-free arena (setArena) for blocks several endpoints hold. A
 // (block, endpoint) held in several tiers costs nothing extra.
 //
-// Concurrency: one writer (the reflector) mutates under the write lock, one
-// whole etcd revision at a time (write), so readers, who take the read lock,
-// never see half a revision. An index that is still being built by a list
-// is not shared yet and needs no lock.
-type index struct {
+// Concurrency: one writer (indexd's reflector) mutates it inside Write,
+// one whole etcd revision at a time, so readers (Lookup, ListEndpoints,
+// Lagging, Stats, Revision), who take the read lock, never see half a
+// revision. An index that is still being built by a list is not shared yet
+// and may be changed without Write.
+type Index struct {
 	ks keyspace.Keyspace
 
 	mu       sync.RWMutex
 	revision int64
 	// offsets are the applied next offsets per partition, sorted by
 	// (topic, partition).
-	offsets    []partitionOffset
+	offsets    []PartitionOffset
 	tables     map[string]*table
 	eps        []endpoint
 	freeIDs    []uint32
@@ -72,24 +73,26 @@ type endpointMeta struct {
 	partition int32
 }
 
-// partitionOffset is a partition's applied next offset: every record below
-// Next is reflected in the index.
-type partitionOffset struct {
+// PartitionOffset is a partition's applied next offset: every record below
+// Next is reflected in the index. Lagging reuses it for a barrier record,
+// with the record's offset in Next.
+type PartitionOffset struct {
 	Partition keyspace.Partition
 	Next      int64
 }
 
-// match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
+// Match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
 // Blocks leading hashes are present on Endpoint in some tier, and Tiers[i]
 // is the best tier of block i.
-type match struct {
+type Match struct {
 	Endpoint keyspace.Endpoint
 	Blocks   int
 	Tiers    []tier.Tier
 }
 
-// endpointInfo is an endpoint as ListEndpoints reports it.
-type endpointInfo struct {
+// EndpointInfo is an endpoint as ListEndpoints reports it (the API's
+// EndpointInfo).
+type EndpointInfo struct {
 	Endpoint keyspace.Endpoint
 	// Blocks counts the endpoint's blocks per tier, indexed by tier-1.
 	Blocks [tier.Count]uint64
@@ -101,8 +104,8 @@ type endpointInfo struct {
 	Partition int32
 }
 
-// indexStats are the index's sizes.
-type indexStats struct {
+// Stats are the index's sizes.
+type Stats struct {
 	// Entries counts present (block, endpoint, tier) triples.
 	Entries uint64
 	// Blocks counts distinct (model, block hash) keys.
@@ -115,9 +118,9 @@ type indexStats struct {
 	SetWords int
 }
 
-// newIndex returns an empty index for keys under ks at revision 0.
-func newIndex(ks keyspace.Keyspace) *index {
-	return &index{
+// New returns an empty index for keys under ks at revision 0.
+func New(ks keyspace.Keyspace) *Index {
+	return &Index{
 		ks:         ks,
 		tables:     make(map[string]*table),
 		byPrefix:   make(map[string]uint32),
@@ -125,10 +128,11 @@ func newIndex(ks keyspace.Keyspace) *index {
 	}
 }
 
-// write runs fn, which applies the events of one etcd revision with
-// applyPut and applyDelete, under the write lock, and then sets the
-// index's revision to rev: readers see all of the revision or none of it.
-func (ix *index) write(rev int64, fn func()) {
+// Write runs fn, which applies the events of one etcd revision with
+// ApplyPut, ApplyDelete or Put, under the write lock, and then raises the
+// index's revision to rev (a lower rev leaves it): readers see all of the
+// revision or none of it. fn must not call the index's read methods.
+func (ix *Index) Write(rev int64, fn func()) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	fn()
@@ -138,30 +142,31 @@ func (ix *index) write(rev int64, fn func()) {
 }
 
 // Revision is the etcd revision the index reflects.
-func (ix *index) Revision() int64 {
+func (ix *Index) Revision() int64 {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.revision
 }
 
-// stats returns the index's sizes.
-func (ix *index) stats() indexStats {
+// Stats returns the index's sizes.
+func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	s := indexStats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
+	s := Stats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
 	for _, t := range ix.tables {
 		s.Blocks += len(t.blocks)
 	}
 	return s
 }
 
-// applyPut applies a put of key with value. It returns the key's kind and,
+// ApplyPut applies a put of key with value. It returns the key's kind and,
 // for a key or value it cannot use, an error wrapping
-// keyspace.ErrMalformedKey, ErrMalformedValue or ErrIndexFull; the caller
+// keyspace.ErrMalformedKey, ErrMalformedValue or ErrFull; the caller
 // counts and logs it, and the index is unchanged except that a malformed
 // endpoint record still marks its endpoint as recorded. owners/ and
-// ingesters/ keys are not indexed. The caller holds the write lock.
-func (ix *index) applyPut(key string, value []byte) (keyspace.Kind, error) {
+// ingesters/ keys are not indexed. Call it inside Write (or on an index not
+// shared yet).
+func (ix *Index) ApplyPut(key string, value []byte) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
 	case keyspace.KindBlock:
@@ -176,9 +181,9 @@ func (ix *index) applyPut(key string, value []byte) (keyspace.Kind, error) {
 	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
 }
 
-// applyDelete applies a delete of key, with applyPut's contract. Deleting
+// ApplyDelete applies a delete of key, with ApplyPut's contract. Deleting
 // something absent is a no-op.
-func (ix *index) applyDelete(key string) (keyspace.Kind, error) {
+func (ix *Index) ApplyDelete(key string) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
 	case keyspace.KindBlock:
@@ -196,7 +201,7 @@ func (ix *index) applyDelete(key string) (keyspace.Kind, error) {
 // putBlock makes (block, endpoint, tier) present; present already is a
 // no-op (presence, not counts). The fast path (a known endpoint prefix)
 // allocates nothing.
-func (ix *index) putBlock(key string) error {
+func (ix *Index) putBlock(key string) error {
 	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
 	if err != nil {
 		return err
@@ -214,8 +219,43 @@ func (ix *index) putBlock(key string) error {
 	return ix.putID(id, t, hash)
 }
 
+// Put makes (hash, ep, t) present, as ApplyPut of ep's block key would,
+// without building or parsing a key: for building an index from known
+// entries (the benchmarks in internal/bench build millions). It errors for
+// an invalid endpoint (keyspace.ErrMalformedKey) or tier, or with ErrFull.
+// Call it inside Write (or on an index not shared yet).
+func (ix *Index) Put(ep keyspace.Endpoint, t tier.Tier, hash uint64) error {
+	if !t.Valid() {
+		return fmt.Errorf("%w: tier %d", keyspace.ErrMalformedKey, t)
+	}
+	id, ok := ix.byEndpoint[ep]
+	if !ok {
+		if err := ep.Validate(); err != nil {
+			return err
+		}
+		var err error
+		if id, err = ix.intern(ep, ix.ks.EndpointBlocksPrefix(ep)); err != nil {
+			return err
+		}
+	}
+	return ix.putID(id, t, hash)
+}
+
+// EndpointPrefixes returns the blocks/ key prefix (keyspace
+// EndpointBlocksPrefix) of every endpoint the index knows, unsorted: where
+// a list cuts the blocks/ keyspace into one range per endpoint.
+func (ix *Index) EndpointPrefixes() []string {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]string, 0, len(ix.byPrefix))
+	for p := range ix.byPrefix {
+		out = append(out, p)
+	}
+	return out
+}
+
 // putID makes hash present on endpoint id in tier t.
-func (ix *index) putID(id uint32, t tier.Tier, hash uint64) error {
+func (ix *Index) putID(id uint32, t tier.Tier, hash uint64) error {
 	e := &ix.eps[id]
 	m := e.tbl.blocks
 	v := m[hash]
@@ -235,7 +275,7 @@ func (ix *index) putID(id uint32, t tier.Tier, hash uint64) error {
 }
 
 // deleteBlock makes (block, endpoint, tier) absent.
-func (ix *index) deleteBlock(key string) error {
+func (ix *Index) deleteBlock(key string) error {
 	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
 	if err != nil {
 		return err
@@ -271,7 +311,7 @@ func (ix *index) deleteBlock(key string) error {
 // putEndpoint records an endpoints/ record. A value that does not decode
 // still marks the endpoint as recorded (it exists in etcd) and returns an
 // error wrapping ErrMalformedValue.
-func (ix *index) putEndpoint(key string, value []byte) error {
+func (ix *Index) putEndpoint(key string, value []byte) error {
 	ep, err := ix.ks.ParseEndpointKey(key)
 	if err != nil {
 		return err
@@ -284,7 +324,7 @@ func (ix *index) putEndpoint(key string, value []byte) error {
 	}
 	e := &ix.eps[id]
 	e.record = true
-	rec, err := keyspace.UnmarshalEndpointRecord(value)
+	rec, err := keyspace.UnmarshalEndpointMeta(value)
 	if err != nil {
 		e.meta = endpointMeta{}
 		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)
@@ -295,7 +335,7 @@ func (ix *index) putEndpoint(key string, value []byte) error {
 
 // deleteEndpoint forgets an endpoints/ record. It drops no block: blocks
 // are deleted by their own keys.
-func (ix *index) deleteEndpoint(key string) error {
+func (ix *Index) deleteEndpoint(key string) error {
 	ep, err := ix.ks.ParseEndpointKey(key)
 	if err != nil {
 		return err
@@ -311,7 +351,7 @@ func (ix *index) deleteEndpoint(key string) error {
 }
 
 // putOffset records a partition's next offset.
-func (ix *index) putOffset(key string, value []byte) error {
+func (ix *Index) putOffset(key string, value []byte) error {
 	p, err := ix.ks.ParseOffsetKey(key)
 	if err != nil {
 		return err
@@ -326,12 +366,12 @@ func (ix *index) putOffset(key string, value []byte) error {
 		return nil
 	}
 	p.Topic = strings.Clone(p.Topic)
-	ix.offsets = slices.Insert(ix.offsets, i, partitionOffset{Partition: p, Next: next})
+	ix.offsets = slices.Insert(ix.offsets, i, PartitionOffset{Partition: p, Next: next})
 	return nil
 }
 
 // deleteOffset forgets a partition's offset.
-func (ix *index) deleteOffset(key string) error {
+func (ix *Index) deleteOffset(key string) error {
 	p, err := ix.ks.ParseOffsetKey(key)
 	if err != nil {
 		return err
@@ -349,22 +389,22 @@ func comparePartitions(a, b keyspace.Partition) int {
 	return cmp.Compare(a.Partition, b.Partition)
 }
 
-func (ix *index) findOffset(p keyspace.Partition) (int, bool) {
-	return slices.BinarySearchFunc(ix.offsets, p, func(o partitionOffset, p keyspace.Partition) int {
+func (ix *Index) findOffset(p keyspace.Partition) (int, bool) {
+	return slices.BinarySearchFunc(ix.offsets, p, func(o PartitionOffset, p keyspace.Partition) int {
 		return comparePartitions(o.Partition, p)
 	})
 }
 
 // intern gives ep (whose blocks prefix is prefix) an endpoint ID. The
 // strings are cloned: callers may pass views of etcd's response buffers.
-func (ix *index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
+func (ix *Index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
 	var id uint32
 	if n := len(ix.freeIDs); n > 0 {
 		id = ix.freeIDs[n-1]
 		ix.freeIDs = ix.freeIDs[:n-1]
 	} else {
 		if len(ix.eps) > int(maxEndpointID) {
-			return 0, fmt.Errorf("%w: more than %d endpoints", ErrIndexFull, maxEndpointID+1)
+			return 0, fmt.Errorf("%w: more than %d endpoints", ErrFull, maxEndpointID+1)
 		}
 		id = uint32(len(ix.eps))
 		ix.eps = append(ix.eps, endpoint{})
@@ -384,7 +424,7 @@ func (ix *index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
 }
 
 // maybeFree releases the ID of an endpoint with no record and no block.
-func (ix *index) maybeFree(id uint32) {
+func (ix *Index) maybeFree(id uint32) {
 	e := &ix.eps[id]
 	if e.record || e.blocks != [tier.Count]uint64{} {
 		return
@@ -398,10 +438,11 @@ func (ix *index) maybeFree(id uint32) {
 	ix.freeIDs = append(ix.freeIDs, id)
 }
 
-// lookupScratch holds a Lookup's working memory and result; reused across
-// calls (the server pools them) so a Lookup allocates nothing in steady
-// state. Matches' Tiers alias the scratch: copy before reusing it.
-type lookupScratch struct {
+// Scratch holds a Lookup's working memory and result; the zero value is
+// ready. Reused across calls (indexd pools them), a Lookup allocates
+// nothing in steady state. Matches' Tiers alias the scratch: copy before
+// reusing it. Not safe for concurrent use.
+type Scratch struct {
 	vals  []uint32 // slot values of a chunk of probed blocks
 	alive []uint32 // endpoint IDs still matching, sorted
 	// col holds, block after block, the best tier of each endpoint still
@@ -410,12 +451,13 @@ type lookupScratch struct {
 	done  []doneMatch
 	cands []uint32
 	tiers []tier.Tier
+	order []int32 // indexes into done in answer order
 	touch uint32
 
 	// Results.
-	Matches  []match
+	Matches  []Match
 	Revision int64
-	Offsets  []partitionOffset
+	Offsets  []PartitionOffset
 }
 
 // probeChunk is how many hashes Lookup probes before intersecting them:
@@ -427,7 +469,7 @@ const probeChunk = 16
 type doneMatch struct {
 	id     uint32
 	blocks int
-	out    int // offset of its tiers in lookupScratch.tiers
+	out    int // offset of its tiers in Scratch.tiers
 }
 
 // Lookup answers DESIGN semantics 5 for model and hashes into sc: per
@@ -437,21 +479,12 @@ type doneMatch struct {
 // model) are considered; unknown candidates match nothing. sc.Matches come
 // out ordered by blocks descending, then pod, then rank, and sc.Revision
 // and sc.Offsets name the state that answered.
-func (ix *index) Lookup(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+func (ix *Index) Lookup(sc *Scratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
 	ix.mu.RLock()
 	sc.Revision = ix.revision
 	sc.Offsets = append(sc.Offsets[:0], ix.offsets...)
 	ix.lookupLocked(sc, model, hashes, candidates)
 	ix.mu.RUnlock()
-	slices.SortFunc(sc.Matches, func(a, b match) int {
-		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
-			return c
-		}
-		if c := strings.Compare(a.Endpoint.Pod, b.Endpoint.Pod); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
-	})
 }
 
 // lookupLocked walks hashes in order keeping the sorted list of endpoints
@@ -459,7 +492,7 @@ func (ix *index) Lookup(sc *lookupScratch, model string, hashes []uint64, candid
 // While walking it appends, per block, the best tier of each survivor to
 // sc.col; the matches' tier lists are then read back from that column in
 // one sequential pass.
-func (ix *index) lookupLocked(sc *lookupScratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
+func (ix *Index) lookupLocked(sc *Scratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
 	sc.Matches, sc.alive, sc.done, sc.col = sc.Matches[:0], sc.alive[:0], sc.done[:0], sc.col[:0]
 	tbl := ix.tables[model]
 	if tbl == nil || len(hashes) == 0 {
@@ -576,17 +609,37 @@ outer:
 		}
 		live = live[:n]
 	}
-	matches := slices.Grow(sc.Matches[:0], len(done))
-	for _, d := range done {
-		matches = append(matches, match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
+	// The answer's order: blocks descending, then pod, then rank. Sorting
+	// indexes into done, not the 72-byte matches, was a third of the
+	// Lookup time of trace queries whose first block many endpoints hold
+	// (BENCHMARKS.md, "Lookup").
+	order := sc.order[:0]
+	for k := range done {
+		order = append(order, int32(k))
 	}
-	sc.done, sc.alive, sc.tiers, sc.Matches = done, live, tiers, matches
+	slices.SortFunc(order, func(a, b int32) int {
+		da, db := &done[a], &done[b]
+		if c := cmp.Compare(db.blocks, da.blocks); c != 0 {
+			return c
+		}
+		ea, eb := &ix.eps[da.id].ep, &ix.eps[db.id].ep
+		if c := strings.Compare(ea.Pod, eb.Pod); c != 0 {
+			return c
+		}
+		return cmp.Compare(ea.Rank, eb.Rank)
+	})
+	matches := slices.Grow(sc.Matches[:0], len(done))
+	for _, k := range order {
+		d := &done[k]
+		matches = append(matches, Match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
+	}
+	sc.done, sc.alive, sc.tiers, sc.Matches, sc.order = done, live, tiers, matches, order
 }
 
 // seed returns the endpoints holding the first block (slot value v),
 // restricted to the candidates when there are any, and sc.col with their
 // best tiers of that block appended.
-func (ix *index) seed(sc *lookupScratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
+func (ix *Index) seed(sc *Scratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
 	alive, col := sc.alive[:0], sc.col[:0]
 	var cands []uint32
 	if candidates != nil {
@@ -622,22 +675,22 @@ func (ix *index) seed(sc *lookupScratch, v uint32, model string, candidates []ke
 
 // ListEndpoints returns the endpoints of model (every model when model is
 // empty) ordered by model, pod, rank, and the revision that answered.
-func (ix *index) ListEndpoints(model string) ([]endpointInfo, int64) {
+func (ix *Index) ListEndpoints(model string) ([]EndpointInfo, int64) {
 	ix.mu.RLock()
-	out := make([]endpointInfo, 0, len(ix.byPrefix))
+	out := make([]EndpointInfo, 0, len(ix.byPrefix))
 	for i := range ix.eps {
 		e := &ix.eps[i]
 		if !e.used || (model != "" && e.ep.Model != model) {
 			continue
 		}
-		out = append(out, endpointInfo{
+		out = append(out, EndpointInfo{
 			Endpoint: e.ep, Blocks: e.blocks, Record: e.record,
 			LastSeen: e.meta.lastSeen, BlockSize: e.meta.blockSize, Partition: e.meta.partition,
 		})
 	}
 	rev := ix.revision
 	ix.mu.RUnlock()
-	slices.SortFunc(out, func(a, b endpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b EndpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
 	return out, rev
 }
 
@@ -654,7 +707,7 @@ func compareEndpoints(a, b keyspace.Endpoint) int {
 // lagging returns the first barrier record whose partition's applied next
 // offset is not yet past the record's offset, with that applied offset (-1
 // when the partition is unknown); ok is true when every record is met.
-func (ix *index) lagging(records []partitionOffset) (rec partitionOffset, applied int64, ok bool) {
+func (ix *Index) Lagging(records []PartitionOffset) (rec PartitionOffset, applied int64, ok bool) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	for _, r := range records {
@@ -666,5 +719,5 @@ func (ix *index) lagging(records []partitionOffset) (rec partitionOffset, applie
 			return r, applied, false
 		}
 	}
-	return partitionOffset{}, 0, true
+	return PartitionOffset{}, 0, true
 }

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// txnCapture records, per partition, the guarded write transactions an
+// ingester commits through one etcd client: it is a gRPC interceptor on
+// that client, so what it records is exactly what went over the wire.
+// A write transaction is recognised by its one guard, a compare on
+// ModRevision(owners/{topic}/{partition}) (DESIGN "Writes"); claims and
+// lease calls are not recorded. Only transactions that succeeded are kept,
+// so a retried send is recorded once.
+type txnCapture struct {
+	ks keyspace.Keyspace
+	mu sync.Mutex
+	// txns holds copies of the requests, per partition, in commit order.
+	txns map[int32][]*pb.TxnRequest
+	// writerTime is, after rawWrite, when each partition's writer finished
+	// (from the start of the writing).
+	writerTime map[int32]time.Duration
+}
+
+func newTxnCapture(ks keyspace.Keyspace) *txnCapture {
+	return &txnCapture{ks: ks, txns: map[int32][]*pb.TxnRequest{}}
+}
+
+// dialOption installs the capture on a client.
+func (c *txnCapture) dialOption() grpc.DialOption {
+	return grpc.WithChainUnaryInterceptor(c.intercept)
+}
+
+func (c *txnCapture) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	t, ok := req.(*pb.TxnRequest)
+	if err != nil || !ok || len(t.Compare) != 1 || t.Compare[0].Target != pb.Compare_MOD {
+		return err
+	}
+	if resp, ok := reply.(*pb.TxnResponse); !ok || !resp.Succeeded {
+		return err
+	}
+	p, perr := c.ks.ParseOwnerKey(string(t.Compare[0].Key))
+	if perr != nil {
+		return err
+	}
+	cp := proto.Clone(t).(*pb.TxnRequest) // the ingester reuses its request memory
+	c.mu.Lock()
+	c.txns[p.Partition] = append(c.txns[p.Partition], cp)
+	c.mu.Unlock()
+	return err
+}
+
+// blockOps counts the captured operations on block keys (each a put or a
+// delete of one (block, endpoint, tier); a range drop counts as one).
+func (c *txnCapture) blockOps() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prefix := []byte(c.ks.BlocksPrefix())
+	var n int64
+	for _, txns := range c.txns {
+		for _, t := range txns {
+			for _, op := range t.Success {
+				var k []byte
+				switch r := op.Request.(type) {
+				case *pb.RequestOp_RequestPut:
+					k = r.RequestPut.Key
+				case *pb.RequestOp_RequestDeleteRange:
+					k = r.RequestDeleteRange.Key
+				}
+				if bytes.HasPrefix(k, prefix) {
+					n++
+				}
+			}
+		}
+	}
+	return n
+}
+
+// partitionOps counts the captured block operations per partition.
+func (c *txnCapture) partitionOps() map[int32]int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	prefix := []byte(c.ks.BlocksPrefix())
+	out := map[int32]int64{}
+	for p, txns := range c.txns {
+		for _, t := range txns {
+			for _, op := range t.Success {
+				var k []byte
+				switch r := op.Request.(type) {
+				case *pb.RequestOp_RequestPut:
+					k = r.RequestPut.Key
+				case *pb.RequestOp_RequestDeleteRange:
+					k = r.RequestDeleteRange.Key
+				}
+				if bytes.HasPrefix(k, prefix) {
+					out[p]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// transactions counts the captured transactions.
+func (c *txnCapture) transactions() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, txns := range c.txns {
+		n += len(txns)
+	}
+	return n
+}
+
+// rawWrite is the reference writer (DESIGN "Performance goals": the same
+// transactions written straight to the same etcd by the same number of
+// concurrent writers). It writes c's transactions to cli with one writer
+// goroutine per partition, each sending its partition's transactions in
+// order through the same raw gRPC KV client the ingester uses, and returns
+// the time that took. Before timing, the captured leases are replaced by
+// leases granted in this etcd and every guard is re-pointed at an owner
+// key written for it.
+func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic string) (time.Duration, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	leases := map[int64]int64{}
+	ttl := int64(ingester.DefaultLeaseTTL / time.Second)
+	for p, txns := range c.txns {
+		resp, err := cli.Put(ctx, c.ks.OwnerKey(keyspace.Partition{Topic: topic, Partition: p}), "reference")
+		if err != nil {
+			return 0, fmt.Errorf("bench: reference owner key: %w", err)
+		}
+		for _, t := range txns {
+			for _, cmp := range t.Compare {
+				cmp.TargetUnion = &pb.Compare_ModRevision{ModRevision: resp.Header.Revision}
+			}
+			for _, op := range t.Success {
+				put, ok := op.Request.(*pb.RequestOp_RequestPut)
+				if !ok || put.RequestPut.Lease == 0 {
+					continue
+				}
+				id := put.RequestPut.Lease
+				if _, ok := leases[id]; !ok {
+					g, err := cli.Grant(ctx, ttl)
+					if err != nil {
+						return 0, fmt.Errorf("bench: reference lease: %w", err)
+					}
+					leases[id] = int64(g.ID)
+				}
+				put.RequestPut.Lease = leases[id]
+			}
+		}
+	}
+	kv := clientv3.RetryKVClient(cli)
+	g, gctx := errgroup.WithContext(ctx)
+	began := time.Now()
+	c.writerTime = map[int32]time.Duration{}
+	var wmu sync.Mutex
+	for p, txns := range c.txns {
+		g.Go(func() error {
+			defer func() {
+				d := time.Since(began)
+				wmu.Lock()
+				c.writerTime[p] = d
+				wmu.Unlock()
+			}()
+			for _, t := range txns {
+				resp, err := kv.Txn(gctx, t)
+				if err != nil {
+					return fmt.Errorf("bench: reference transaction: %w", err)
+				}
+				if !resp.Succeeded {
+					return fmt.Errorf("bench: reference transaction's guard failed")
+				}
+			}
+			return nil
+		})
+	}
+	err := g.Wait()
+	return time.Since(began), err
+}

@@ -1,0 +1,506 @@
+// Package benchcmd wires `kvindex bench fleet|ingest|lookup|coldstart`,
+// the measuring instruments of internal/bench: each runs the whole
+// pipeline (or the part it measures) inside this process, prints a table
+// of figures, each next to the reference measured in the same run and the
+// DESIGN goal it is held to, and with -o json one JSON object per figure
+// per line. --quick runs a small variant (under 30 s) that CI uses to
+// check the commands work; its figures are not the ones BENCHMARKS.md
+// quotes.
+package benchcmd
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/bench"
+	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/fleetsim"
+)
+
+// errUsage marks bad command-line input.
+var errUsage = errors.New("usage")
+
+func usagef(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
+}
+
+// shared holds the flags every bench subcommand takes.
+type shared struct {
+	log        common.Logging
+	quick      bool
+	output     string
+	trace      string
+	cpuprofile string
+}
+
+func (s *shared) register(fs *pflag.FlagSet) {
+	s.log.Register(fs)
+	// Components log at info as they start and stop; a benchmark's output
+	// is its table, so the default here is warn.
+	if f := fs.Lookup("log-level"); f != nil {
+		f.DefValue = "warn"
+		_ = f.Value.Set("warn")
+	}
+	fs.BoolVar(&s.quick, "quick", false, "run a small variant (under 30 s on 2 cores): smoke-tests the command, not the figures")
+	fs.StringVarP(&s.output, "output", "o", "text", "output: text (a table) or json (one object per figure per line)")
+	fs.StringVar(&s.trace, "trace", "", "Mooncake request trace (JSON lines with hash_ids); default: the bundled "+
+		bench.BundledTrace+" (a copy of ../shared/data/mooncake/conversation_trace.jsonl), found by walking up from the working directory, so run inside a clone")
+	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile (pprof) of the measured run to this file")
+}
+
+func (s *shared) check() error {
+	if s.output != "text" && s.output != "json" {
+		return usagef("-o %q: want text or json", s.output)
+	}
+	return nil
+}
+
+func (s *shared) logger() (*slog.Logger, error) { return s.log.Logger() }
+
+func (s *shared) loadTrace() ([]fleetsim.Request, error) { return bench.LoadTrace(s.trace) }
+
+// write prints the report in the chosen format.
+func (s *shared) write(w io.Writer, r *bench.Report) error {
+	if s.output == "json" {
+		return r.WriteJSON(w)
+	}
+	return r.WriteText(w)
+}
+
+// profile starts the CPU profile when asked; the returned function stops
+// it. For commands that profile their whole run.
+func (s *shared) profile() (func() error, error) {
+	if s.cpuprofile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(s.cpuprofile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
+}
+
+// quickDefault sets flag name to value when --quick is given and the flag
+// was not.
+func quickDefault(fs *pflag.FlagSet, quick bool, name, value string) error {
+	if !quick || fs.Changed(name) {
+		return nil
+	}
+	return fs.Set(name, value)
+}
+
+// NewCommand returns `kvindex bench` with its subcommands.
+func NewCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure kvindex against the performance goals of DESIGN",
+		Long: `bench runs kvindex's measuring instruments inside this process (embedded
+etcd with fsync off, the kfake Kafka broker, ingesters, indexd replicas,
+the load generator, all sharing the machine's cores) and prints each figure
+next to a reference measured in the same run: the machines are shared and
+noisy, so the ratios are what a goal is held to. BENCHMARKS.md records the
+figures and the commands that produced them.
+
+The workload is a Mooncake request trace (each request's hash_ids are its
+prefix blocks); by default the bundled testdata/mooncake/conversation_trace.jsonl,
+a copy of ../shared/data/mooncake/conversation_trace.jsonl, found from the
+working directory upwards (run inside a clone, or pass --trace).
+
+Every subcommand takes --quick (a small run, under 30 s, for CI) and
+-o json (one JSON object per figure per line:
+  {"figure", "value", "unit", "reference", "ratio", "goal", "met", ...}
+with null where a figure has no reference or goal).`,
+	}
+	cmd.AddCommand(newFleetCommand(), newIngestCommand(), newLookupCommand(), newColdStartCommand())
+	return cmd
+}
+
+// parseCounts parses a comma-separated list of positive counts; k and M
+// suffixes multiply by 1,000 and 1,000,000.
+func parseCounts(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		mult := 1
+		switch {
+		case strings.HasSuffix(part, "M"):
+			mult, part = 1_000_000, strings.TrimSuffix(part, "M")
+		case strings.HasSuffix(part, "k"):
+			mult, part = 1_000, strings.TrimSuffix(part, "k")
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n <= 0 {
+			return nil, usagef("%q: want positive counts, comma separated (k and M suffixes allowed)", s)
+		}
+		out = append(out, n*mult)
+	}
+	return out, nil
+}
+
+func newFleetCommand() *cobra.Command {
+	var (
+		s           shared
+		stream      = bench.DefaultStreamConfig()
+		partitions  int32
+		fraction    float64
+		rate        float64
+		probeEvery  int
+		maxInFlight int
+		windowOps   int
+	)
+	cmd := &cobra.Command{
+		Use:   "fleet",
+		Short: "End-to-end rate and freshness of a simulated fleet at a fraction of the raw etcd ceiling",
+		Long: `fleet drives the whole pipeline (Kafka → ingester → etcd → two indexd
+replicas) with the KV events of a simulated fleet of --endpoints model
+servers serving the trace: requests go round-robin, each endpoint keeps an
+LRU GPU cache of --gpu-blocks blocks with an LRU CPU tier of --cpu-blocks
+behind it, and publishes the vLLM BlockStored/BlockRemoved batches those
+caches emit.
+
+It first measures the raw block-op ceiling: the stream's etcd transactions,
+captured from one ingester run, written straight to a fresh etcd by one
+writer per partition. Then, on a fresh pipeline, a token-bucket pacer
+produces the batches at --fraction of that ceiling (or --rate block-ops/s;
+a negative --fraction produces as fast as the pipeline takes them). For
+every --probe-every-th batch, a Lookup on the second replica with a
+read-your-events barrier on the produced record returns when it is
+visible there: its freshness is the time from handing the batch to the
+producer to that answer. Reported: events/s and block-ops/s end to end
+(until the first replica applied the last batch), freshness p50/p99/max,
+and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
+--cpuprofile profiles the paced run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			if err := quickDefault(fs, s.quick, "requests", "1500"); err != nil {
+				return err
+			}
+			if err := s.check(); err != nil {
+				return err
+			}
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			trace, err := s.loadTrace()
+			if err != nil {
+				return err
+			}
+			st, err := bench.BuildStream(trace, stream)
+			if err != nil {
+				return err
+			}
+			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
+				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, Logger: log}
+			if s.cpuprofile != "" {
+				f, err := os.Create(s.cpuprofile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				cfg.Profile = f
+			}
+			res, err := bench.RunFleet(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			r := &bench.Report{Title: "kvindex bench fleet"}
+			r.Add(res.Figures()...)
+			r.Notef("stream: %d requests on %d endpoints (GPU %d blocks, CPU %d): %d batches, %d events, %d block ops, %.1f MB; cache hits GPU %d, CPU %d, misses %d",
+				st.Stats.Requests, stream.Endpoints, stream.GPUBlocks, stream.CPUBlocks, len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6,
+				st.Stats.GPUHits, st.Stats.CPUHits, st.Stats.Misses)
+			r.Notef("ceiling: %d block ops (after coalescing) in %d transactions written in %s by %d writers",
+				res.CeilingOps, res.CeilingTxns, res.CeilingTime.Round(time.Millisecond), res.Partitions)
+			var shares []string
+			for _, w := range res.CeilingWriters {
+				shares = append(shares, fmt.Sprintf("partition %d: %d ops in %s", w.Partition, w.Ops, w.Time.Round(time.Millisecond)))
+			}
+			r.Notef("ceiling writers: %s", strings.Join(shares, "; "))
+			if res.TargetRate > 0 {
+				r.Notef("paced at %.0f block-ops/s (%.3g of the ceiling); the run took %s", res.TargetRate, res.Fraction, res.Elapsed.Round(time.Millisecond))
+			} else {
+				r.Notef("unpaced (at most %d batches in flight); the run took %s", cfg.MaxInFlight, res.Elapsed.Round(time.Millisecond))
+			}
+			r.Notef("freshness probes: %d, of which %d showed the batch's endpoint; pacer stalls at the in-flight bound: %d",
+				len(res.Freshness.Sorted), res.Visible, res.Stalls)
+			for _, st := range []struct {
+				name string
+				l    bench.Latencies
+			}{
+				{"handed to the producer → acknowledged", res.Acks},
+				{"acknowledged → the ingester sends the transaction storing its offset", res.Sent},
+				{"sent → visible on the second replica", res.Shown},
+			} {
+				r.Notef("freshness stage %s: p50 %s, p99 %s, max %s", st.name, st.l.Percentile(0.5).Round(time.Microsecond),
+					st.l.Percentile(0.99).Round(time.Microsecond), st.l.Max().Round(time.Microsecond))
+			}
+			return s.write(cmd.OutOrStdout(), r)
+		},
+	}
+	fs := cmd.Flags()
+	s.register(fs)
+	registerStream(fs, &stream)
+	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (one ingester worker and one reference writer each)")
+	fs.Float64Var(&fraction, "fraction", 0.5, "target rate as a fraction of the measured raw block-op ceiling; negative: unpaced")
+	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s (overrides --fraction when positive)")
+	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
+	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
+	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	return cmd
+}
+
+// registerStream adds the fleet simulation's flags.
+func registerStream(fs *pflag.FlagSet, c *bench.StreamConfig) {
+	fs.IntVar(&c.Endpoints, "endpoints", c.Endpoints, "simulated model-server endpoints")
+	fs.IntVar(&c.GPUBlocks, "gpu-blocks", c.GPUBlocks, "LRU GPU cache per endpoint, in blocks")
+	fs.IntVar(&c.CPUBlocks, "cpu-blocks", c.CPUBlocks, "LRU CPU tier per endpoint, in blocks (-1: none)")
+	fs.IntVar(&c.Requests, "requests", 0, "trace requests to serve, from the start (0: all; --quick: 1500)")
+}
+
+func newIngestCommand() *cobra.Command {
+	var (
+		s          shared
+		stream     = bench.DefaultStreamConfig()
+		partitions int32
+		maxTxnOps  int
+		windowOps  int
+		rounds     int
+	)
+	cmd := &cobra.Command{
+		Use:   "ingest",
+		Short: "Ingest block-ops/s against the same transactions written straight to etcd",
+		Long: `ingest produces the fleet's event stream (see 'kvindex bench fleet') into a
+topic before anything is timed, then measures block operations per second
+through Kafka → ingester → etcd against the raw limit measured in the same
+run: the same etcd transactions (captured from an ingester run) written
+straight to a fresh etcd by the same number of concurrent writers (one per
+partition). Rounds alternate which of the two goes first; each run gets a
+fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			for name, v := range map[string]string{"requests": "1500", "rounds": "1"} {
+				if err := quickDefault(fs, s.quick, name, v); err != nil {
+					return err
+				}
+			}
+			if err := s.check(); err != nil {
+				return err
+			}
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			trace, err := s.loadTrace()
+			if err != nil {
+				return err
+			}
+			st, err := bench.BuildStream(trace, stream)
+			if err != nil {
+				return err
+			}
+			stop, err := s.profile()
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, Rounds: rounds, Logger: log})
+			if perr := stop(); err == nil {
+				err = perr
+			}
+			if err != nil {
+				return err
+			}
+			r := &bench.Report{Title: "kvindex bench ingest"}
+			r.Add(res.Figures()...)
+			r.Notef("stream: %d batches, %d events, %d block ops, %.1f MB, from %d requests on %d endpoints",
+				len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6, st.Stats.Requests, stream.Endpoints)
+			r.Notef("per round: %d block ops in %d captured transactions; ingest %s (steady %s), reference %s, summed over %d rounds",
+				res.RefOps/int64(res.Rounds), res.RefTxns, res.IngestTime.Round(time.Millisecond), res.SteadyTime.Round(time.Millisecond),
+				res.RefTime.Round(time.Millisecond), res.Rounds)
+			return s.write(cmd.OutOrStdout(), r)
+		},
+	}
+	fs := cmd.Flags()
+	s.register(fs)
+	registerStream(fs, &stream)
+	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (ingester workers and reference writers)")
+	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops")
+	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
+	return cmd
+}
+
+func newLookupCommand() *cobra.Command {
+	var (
+		s           shared
+		entries     string
+		endpoints   int
+		minTime     time.Duration
+		concurrency int
+		grpcTime    time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "lookup",
+		Short: "Lookup cost per hash against a bare map probe, index memory, gRPC latency",
+		Long: `lookup builds, for each --entries size, an index of that many (block,
+endpoint, tier) entries from the trace: salted copies of it served
+round-robin by --endpoints endpoints that never evict, so prefix sharing is
+the trace's. It reports the index's live heap per entry (goal ≤ 48 B),
+then looks up every trace request in process, timing each Lookup and, in
+the same loop, a bare Go map probe over the same keys (goal: Lookup ≤ 2×
+the probe per hash), then serves the index from an indexd replica and
+calls Lookup over loopback gRPC from --concurrency callers for --grpc-time,
+against a gRPC health Check (a round trip that does no work) in the same
+run.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			for name, v := range map[string]string{"entries": "200k", "min-time": "500ms", "grpc-time": "1s"} {
+				if err := quickDefault(fs, s.quick, name, v); err != nil {
+					return err
+				}
+			}
+			if err := s.check(); err != nil {
+				return err
+			}
+			sizes, err := parseCounts(entries)
+			if err != nil {
+				return err
+			}
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			trace, err := s.loadTrace()
+			if err != nil {
+				return err
+			}
+			stop, err := s.profile()
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunLookup(cmd.Context(), bench.LookupConfig{Trace: trace, Entries: sizes, Endpoints: endpoints,
+				MinTime: minTime, Concurrency: concurrency, GRPCTime: grpcTime, Logger: log})
+			if perr := stop(); err == nil {
+				err = perr
+			}
+			if err != nil {
+				return err
+			}
+			r := &bench.Report{Title: "kvindex bench lookup"}
+			for _, x := range res {
+				r.Add(x.Figures()...)
+				r.Notef("%d entries: %d distinct blocks; %d trace requests looked up, %d Lookups in all; gRPC: %d Lookups, %d health Checks",
+					x.Entries, x.Blocks, x.Queries, x.Steps, len(x.GRPC.Sorted), len(x.Health.Sorted))
+			}
+			return s.write(cmd.OutOrStdout(), r)
+		},
+	}
+	fs := cmd.Flags()
+	s.register(fs)
+	fs.StringVar(&entries, "entries", "1M,5M,10M", "index sizes in entries, comma separated (--quick: 200k)")
+	fs.IntVar(&endpoints, "endpoints", 16, "endpoints holding the entries")
+	fs.DurationVar(&minTime, "min-time", 2*time.Second, "least time of the in-process comparison per size (every request is looked up at least once; --quick: 500ms)")
+	fs.IntVar(&concurrency, "concurrency", 8, "concurrent gRPC callers")
+	fs.DurationVar(&grpcTime, "grpc-time", 3*time.Second, "duration of each gRPC measurement per size (--quick: 1s)")
+	return cmd
+}
+
+func newColdStartCommand() *cobra.Command {
+	var (
+		s         shared
+		entries   string
+		endpoints int
+		rounds    int
+		quota     int64
+	)
+	cmd := &cobra.Command{
+		Use:   "coldstart",
+		Short: "Time for a fresh indexd to be ready against one unpaged Get of the same keys",
+		Long: `coldstart loads an embedded etcd with --entries block keys from the trace
+(as the ingester writes them, over --endpoints endpoints with their
+records), then runs --rounds rounds of: the reference, one unpaged Get of
+the whole blocks/ prefix on a fresh client; the same Get with keys only;
+and a fresh indexd replica from start to gRPC health SERVING. Figures are
+medians. DESIGN's goal: ready ≤ 1.25× the unpaged Get. The etcd quota is
+raised to --quota-bytes for millions of keys.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fs := cmd.Flags()
+			for name, v := range map[string]string{"entries": "200k", "rounds": "1"} {
+				if err := quickDefault(fs, s.quick, name, v); err != nil {
+					return err
+				}
+			}
+			if err := s.check(); err != nil {
+				return err
+			}
+			sizes, err := parseCounts(entries)
+			if err != nil {
+				return err
+			}
+			if len(sizes) != 1 {
+				return usagef("--entries %q: want one count", entries)
+			}
+			log, err := s.logger()
+			if err != nil {
+				return err
+			}
+			trace, err := s.loadTrace()
+			if err != nil {
+				return err
+			}
+			stop, err := s.profile()
+			if err != nil {
+				return err
+			}
+			res, err := bench.RunColdStart(cmd.Context(), bench.ColdStartConfig{Trace: trace, Entries: sizes[0], Endpoints: endpoints,
+				Rounds: rounds, QuotaBytes: quota, Logger: log})
+			if perr := stop(); err == nil {
+				err = perr
+			}
+			if err != nil {
+				return err
+			}
+			r := &bench.Report{Title: "kvindex bench coldstart"}
+			r.Add(res.Figures()...)
+			r.Notef("%d entries on %d endpoints loaded in %s; per round: Get %v, keys-only Get %v, indexd ready %v",
+				res.Entries, res.Endpoints, res.Load.Round(time.Millisecond), rounded(res.Get), rounded(res.KeysOnlyGet), rounded(res.Ready))
+			return s.write(cmd.OutOrStdout(), r)
+		},
+	}
+	fs := cmd.Flags()
+	s.register(fs)
+	fs.StringVar(&entries, "entries", "5M", "block keys etcd holds (--quick: 200k)")
+	fs.IntVar(&endpoints, "endpoints", 16, "endpoints holding them")
+	fs.IntVar(&rounds, "rounds", 3, "rounds; figures are medians (--quick: 1)")
+	fs.Int64Var(&quota, "quota-bytes", 8<<30, "the embedded etcd's --quota-backend-bytes")
+	return cmd
+}
+
+func rounded(ds []time.Duration) []time.Duration {
+	out := make([]time.Duration, len(ds))
+	for i, d := range ds {
+		out[i] = d.Round(time.Millisecond)
+	}
+	return out
+}

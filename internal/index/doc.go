@@ -1,0 +1,16 @@
+// Package index is indexd's in-memory index (DESIGN "Reads"): the image of
+// kvindex's etcd keyspace at one revision, answering Lookup (DESIGN
+// semantics 5), ListEndpoints and read-your-events barrier checks.
+//
+// indexd's reflector is its one writer: it lists etcd into a fresh Index
+// and then applies each watched revision inside Write. The package has no
+// etcd, gRPC or Kafka of its own, so the benchmarks (internal/bench) and
+// tests build and query an Index directly.
+//
+// Layout: endpoints interned to integer IDs, per model one
+// map[uint64]uint32 from block hash to an inline (endpoint, tier mask) or
+// an endpoint set in a pointer-free arena (set.go). Lookup walks the hashes
+// in order keeping the shrinking set of endpoints still matching and stops
+// when it is empty. Memory and speed are measured against the goals of
+// DESIGN "Performance goals" (BENCHMARKS.md).
+package index

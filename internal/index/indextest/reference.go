@@ -1,0 +1,126 @@
+// Package indextest holds the reference the index's tests (internal/index
+// and indexd) compare against: the obvious model of what etcd holds, with
+// DESIGN semantics 5 computed naively.
+package indextest
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+
+	"github.com/kvindex/kvindex/internal/index"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+// Reference is a set of present (endpoint, tier, hash) triples, the
+// endpoints with records, and the partitions' stored next offsets. Tests
+// fill the maps directly.
+type Reference struct {
+	Present map[keyspace.Block]bool
+	Records map[keyspace.Endpoint]bool
+	Offsets map[keyspace.Partition]int64
+}
+
+// NewReference returns an empty reference.
+func NewReference() *Reference {
+	return &Reference{Present: map[keyspace.Block]bool{}, Records: map[keyspace.Endpoint]bool{}, Offsets: map[keyspace.Partition]int64{}}
+}
+
+// Lookup is index.Index.Lookup's answer computed the slow way: per
+// endpoint of model (restricted to candidates when non-nil) the run of
+// leading hashes present in some tier, with the best tier of each.
+func (r *Reference) Lookup(model string, hashes []uint64, candidates []keyspace.Endpoint) []index.Match {
+	eps := map[keyspace.Endpoint]bool{}
+	for b := range r.Present {
+		if b.Endpoint.Model == model {
+			eps[b.Endpoint] = true
+		}
+	}
+	if candidates != nil {
+		allowed := map[keyspace.Endpoint]bool{}
+		for _, c := range candidates {
+			c.Model = model
+			allowed[c] = true
+		}
+		for ep := range eps {
+			if !allowed[ep] {
+				delete(eps, ep)
+			}
+		}
+	}
+	var out []index.Match
+	for ep := range eps {
+		var ts []tier.Tier
+		for _, h := range hashes {
+			best := tier.Unknown
+			for _, t := range tier.All {
+				if r.Present[keyspace.Block{Endpoint: ep, Tier: t, Hash: h}] && t.Better(best) {
+					best = t
+				}
+			}
+			if best == tier.Unknown {
+				break
+			}
+			ts = append(ts, best)
+		}
+		if len(ts) > 0 {
+			out = append(out, index.Match{Endpoint: ep, Blocks: len(ts), Tiers: ts})
+		}
+	}
+	SortMatches(out)
+	return out
+}
+
+// Endpoints is index.Index.ListEndpoints's answer for model (every model
+// when empty) without the fields taken from records (LastSeen, BlockSize,
+// Partition), which the reference does not keep.
+func (r *Reference) Endpoints(model string) []index.EndpointInfo {
+	infos := map[keyspace.Endpoint]*index.EndpointInfo{}
+	get := func(ep keyspace.Endpoint) *index.EndpointInfo {
+		if infos[ep] == nil {
+			infos[ep] = &index.EndpointInfo{Endpoint: ep}
+		}
+		return infos[ep]
+	}
+	for b := range r.Present {
+		get(b.Endpoint).Blocks[b.Tier-1]++
+	}
+	for ep := range r.Records {
+		get(ep).Record = true
+	}
+	var out []index.EndpointInfo
+	for ep, info := range infos {
+		if model == "" || ep.Model == model {
+			out = append(out, *info)
+		}
+	}
+	slices.SortFunc(out, func(a, b index.EndpointInfo) int { return CompareEndpoints(a.Endpoint, b.Endpoint) })
+	return out
+}
+
+// SortMatches orders ms as Lookup does: blocks descending, then pod, then
+// rank.
+func SortMatches(ms []index.Match) {
+	slices.SortFunc(ms, func(a, b index.Match) int {
+		if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
+			return c
+		}
+		if c := strings.Compare(a.Endpoint.Pod, b.Endpoint.Pod); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
+	})
+}
+
+// CompareEndpoints orders endpoints by model, pod, rank (ListEndpoints'
+// order).
+func CompareEndpoints(a, b keyspace.Endpoint) int {
+	if c := strings.Compare(a.Model, b.Model); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Rank, b.Rank)
+}

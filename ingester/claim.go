@@ -174,7 +174,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 
 func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint]*endpoint) *worker {
 	part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
-	return &worker{
+	w := &worker{
 		cfg:       &in.cfg,
 		p:         part,
 		log:       in.log.With("partition", p),
@@ -183,20 +183,22 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		etcd:      in.cfg.Etcd,
 		keeper:    in.keeper,
 		dec:       events.NewDecoder(in.cfg.Mediums),
-		b:         newTxnBuilder(in.cfg.MaxTxnOps, in.cfg.Keyspace.OwnerKey(part)),
+		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
 		claimRev:  claimRev,
 		offsetKey: []byte(in.cfg.Keyspace.OffsetKey(part)),
 		reset:     -1,
 		eps:       eps,
 		ops:       newOpSet(),
 	}
+	w.b = w.idleBuilder()
+	return w
 }
 
 // init performs an offset reset if one is due and drops the endpoints a
 // crashed window left behind, before the first record.
 func (w *worker) init(ctx context.Context) error {
 	for _, ep := range w.eps {
-		if ep.leasesDirty {
+		if ep.leasesDirty() {
 			w.markDirty(ep)
 		}
 	}
@@ -228,7 +230,7 @@ func (w *worker) init(ctx context.Context) error {
 func adoptLeases(ep *endpoint, live map[clientv3.LeaseID]bool, dst []clientv3.LeaseID) []clientv3.LeaseID {
 	if ep.lease != 0 && !live[ep.lease] {
 		ep.lease, ep.inEtcd = 0, false
-		ep.leasesDirty = true
+		ep.leasesChanged()
 	}
 	for _, t := range tier.All {
 		kept := ep.tiers[t][:0]
@@ -236,7 +238,7 @@ func adoptLeases(ep *endpoint, live map[clientv3.LeaseID]bool, dst []clientv3.Le
 			if live[s.id] {
 				kept = append(kept, s)
 			} else {
-				ep.leasesDirty = true
+				ep.leasesChanged()
 			}
 		}
 		clear(ep.tiers[t][len(kept):])

@@ -17,52 +17,71 @@ import (
 const maxTierLen = 5
 
 // commit writes the open window: its block ops in transactions of at most
-// MaxTxnOps ops and MaxTxnBytes bytes, in queue order, and in the last one
-// the records of every endpoint the window touched and the partition's
-// next offset (DESIGN "Writes"). Until that last transaction commits,
-// everything written is idempotent and replaying from the stored offset
-// reproduces it.
+// MaxTxnOps ops and MaxTxnBytes bytes, and in a last transaction, sent
+// once all the others have committed, the records of every endpoint the
+// window touched and the partition's next offset (DESIGN "Writes"). Up to
+// MaxTxnsInFlight of the block transactions are in flight at once: after
+// coalescing they touch distinct keys, so their order does not change the
+// result (docs/semantics.md, "Write order inside a window"). Until the last
+// transaction commits, everything written is idempotent and replaying from
+// the stored offset reproduces it.
 func (w *worker) commit(ctx context.Context) error {
 	if w.ops.len() == 0 && len(w.dirty) == 0 && w.next == w.committed {
 		w.windowRecords = 0
 		return nil
 	}
+	w.window++
 	ops := w.ops.ops
 	i := 0
 	for {
+		w.b = w.idleBuilder()
 		w.b.reset(w.claimRev)
-		w.recEps = w.recEps[:0]
 		j, err := w.fill(ctx, ops, i)
 		if err != nil {
-			return err
+			return w.abandon(err)
 		}
 		final := false
 		if j == len(ops) {
 			if final, err = w.addCommitPart(ctx); err != nil {
-				return err
+				return w.abandon(err)
 			}
 		}
-		if w.b.n() > 0 {
-			kind := TxnBlocks
-			if final {
-				kind = TxnCommit
-			}
-			err := w.send(ctx, kind)
-			if errors.Is(err, errLeaseGone) {
-				if err := w.fixLeases(ctx); err != nil {
+		if !final {
+			// A block transaction: launched without waiting for the
+			// window's earlier ones.
+			if w.b.n() > 0 {
+				repaired, err := w.launch(ctx, ops, i, j)
+				if err != nil {
 					return err
 				}
-				continue // rebuild the same transaction with live leases
+				if repaired {
+					continue // rebuild it with live leases
+				}
 			}
-			if err != nil {
+			i = j
+			continue
+		}
+		// The commit transaction goes out alone, after every block
+		// transaction of the window has committed.
+		repaired, err := w.land(ctx, ops)
+		if err != nil {
+			return err
+		}
+		if repaired {
+			continue // leases were replaced: rebuild it with live ones
+		}
+		err = w.send(ctx, TxnCommit)
+		if errors.Is(err, errLeaseGone) {
+			if err := w.fixLeases(ctx); err != nil {
 				return err
 			}
-			w.afterTxn(ops[i:j])
+			continue // rebuild the same transaction with live leases
 		}
-		i = j
-		if final {
-			break
+		if err != nil {
+			return err
 		}
+		w.afterTxn(w.b, ops[i:j])
+		break
 	}
 	for _, ep := range w.dirty {
 		if ep.gone {
@@ -107,7 +126,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 			b.blockOps++
 			continue
 		}
-		needRec := ep.recTxn != b.seq && (!ep.inEtcd || ep.leasesDirty || (op.lease == 0 && w.rotates(ep, op.tier)))
+		needRec := ep.recTxn != b.seq && (!ep.inEtcd || ep.leasesDirty() || (op.lease == 0 && w.rotates(ep, op.tier)))
 		var rec []byte
 		need, bytes := 1, keyLen+txnOverhead
 		if needRec {
@@ -127,7 +146,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 				return i, err
 			}
 			ep.lease = id
-			ep.leasesDirty = true
+			ep.leasesChanged()
 		}
 		if op.lease == 0 {
 			id, err := w.assignLease(ctx, ep, op.tier)
@@ -136,17 +155,16 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 			}
 			op.lease = id
 		}
-		if needRec || (ep.leasesDirty && ep.recTxn == b.seq) {
+		if needRec || (ep.recTxn == b.seq && ep.recGen != ep.leaseGen) {
 			// (Re)write the record with the current leases.
 			var err error
 			if rec, err = w.marshalBase(ep); err != nil {
 				return i, err
 			}
 			if ep.recTxn == b.seq {
-				b.setValue(ep.recOp, rec)
+				b.setRecord(ep, rec)
 			} else {
-				ep.recTxn, ep.recOp = b.seq, b.put(b.key([]byte(ep.key)), rec, ep.lease)
-				w.recEps = append(w.recEps, ep)
+				b.putRecord(ep, rec)
 			}
 		}
 		b.put(w.blockKey(ep, op.tier, op.hash), nil, op.lease)
@@ -198,7 +216,7 @@ func (w *worker) addCommitPart(ctx context.Context) (bool, error) {
 				return false, err
 			}
 			ep.lease = id
-			ep.leasesDirty = true
+			ep.leasesChanged()
 		}
 		r := ep.record(&ep.cur, w.p)
 		v, err := r.Marshal()
@@ -221,10 +239,9 @@ func (w *worker) addCommitPart(ctx context.Context) (bool, error) {
 			continue
 		}
 		if ep.recTxn == b.seq {
-			b.setValue(ep.recOp, w.vals[k])
+			b.setRecord(ep, w.vals[k])
 		} else {
-			ep.recTxn, ep.recOp = b.seq, b.put(b.key([]byte(ep.key)), w.vals[k], ep.lease)
-			w.recEps = append(w.recEps, ep)
+			b.putRecord(ep, w.vals[k])
 		}
 	}
 	b.put(b.key(w.offsetKey), []byte(keyspace.FormatOffset(w.next)), 0)
@@ -232,11 +249,12 @@ func (w *worker) addCommitPart(ctx context.Context) (bool, error) {
 	return true, nil
 }
 
-// afterTxn records what a committed transaction put in etcd.
-func (w *worker) afterTxn(ops []pendingOp) {
-	for _, ep := range w.recEps {
-		ep.inEtcd = true
-		ep.leasesDirty = false
+// afterTxn records what b's committed transaction, which carried ops, put
+// in etcd.
+func (w *worker) afterTxn(b *txnBuilder, ops []pendingOp) {
+	for _, r := range b.recs {
+		r.ep.inEtcd = true
+		r.ep.storedGen = max(r.ep.storedGen, r.gen)
 	}
 	for k := range ops {
 		if op := &ops[k]; op.live() && !op.del {
@@ -261,12 +279,12 @@ func (w *worker) assignLease(ctx context.Context, ep *endpoint, t tier.Tier) (cl
 			return 0, err
 		}
 		ep.tiers[t] = append(ep.tiers[t], shard{id: id})
-		ep.leasesDirty = true
+		ep.leasesChanged()
 	}
 	s := &ep.tiers[t][len(ep.tiers[t])-1]
 	s.keys++
-	if s.txn != w.b.seq {
-		s.txn, s.unsent = w.b.seq, 0
+	if s.window != w.window {
+		s.window, s.unsent = w.window, 0
 	}
 	s.unsent++
 	return s.id, nil
@@ -288,16 +306,18 @@ func (w *worker) reconcile(ctx context.Context, ep *endpoint, t tier.Tier) error
 		}
 		if resp.TTL <= 0 {
 			w.keeper.remove(s.id)
-			ep.leasesDirty = true
+			ep.leasesChanged()
 			continue
 		}
 		real := len(resp.Keys)
-		if s.txn == w.b.seq {
+		if s.window == w.window {
+			// Keys of this window: some may be in etcd already (and so
+			// counted twice), which only makes the shard rotate early.
 			real += s.unsent
 		}
 		if real == 0 && k < len(shards)-1 {
 			w.revoke(ctx, s.id)
-			ep.leasesDirty = true
+			ep.leasesChanged()
 			continue
 		}
 		s.keys = real
@@ -362,7 +382,7 @@ func (w *worker) fixLeases(ctx context.Context) error {
 				if dead(s.id) {
 					w.m.leaseRegrants.Inc()
 					w.keeper.remove(s.id)
-					ep.leasesDirty = true
+					ep.leasesChanged()
 					continue
 				}
 				kept = append(kept, s)

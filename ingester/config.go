@@ -24,6 +24,7 @@ const (
 	DefaultMaxTxnBytes      = 1 << 20
 	DefaultWindowRecords    = 1024
 	DefaultWindowOps        = 4096
+	DefaultMaxTxnsInFlight  = 4
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultLivenessWindow   = 30 * time.Second
 	DefaultKeysPerLease     = 10_000
@@ -69,6 +70,12 @@ type Config struct {
 	// operations. Default DefaultWindowOps; at least 1. A single record
 	// bigger than this still forms one window.
 	WindowOps int
+	// MaxTxnsInFlight bounds the block transactions of one partition's
+	// window that are sent without waiting for each other (the commit
+	// transaction, which stores the offset, always waits for all of them).
+	// 1 sends one at a time, building the next meanwhile. Default
+	// DefaultMaxTxnsInFlight; at least 1.
+	MaxTxnsInFlight int
 
 	// LeaseTTL is the TTL of every lease the ingester grants, a whole
 	// number of seconds. Keepalives renew at a third of it, so after a
@@ -180,6 +187,7 @@ func DefaultConfig() Config {
 		MaxTxnBytes:      DefaultMaxTxnBytes,
 		WindowRecords:    DefaultWindowRecords,
 		WindowOps:        DefaultWindowOps,
+		MaxTxnsInFlight:  DefaultMaxTxnsInFlight,
 		LeaseTTL:         DefaultLeaseTTL,
 		LivenessWindow:   DefaultLivenessWindow,
 		KeysPerLease:     DefaultKeysPerLease,
@@ -209,6 +217,8 @@ func (c *Config) Validate() error {
 		return bad("WindowRecords %d: want at least 1", c.WindowRecords)
 	case c.WindowOps < 1:
 		return bad("WindowOps %d: want at least 1", c.WindowOps)
+	case c.MaxTxnsInFlight < 1:
+		return bad("MaxTxnsInFlight %d: want at least 1", c.MaxTxnsInFlight)
 	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:
 		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
 	case c.LivenessWindow <= 0:

@@ -27,9 +27,11 @@
 // go into an ordered op set in which the last op per key wins. A window
 // ends when the worker has no more queued records or hits its bounds; it is
 // then written in transactions of at most MaxTxnOps operations and
-// MaxTxnBytes bytes, and only the last one writes the partition's next
-// offset together with the endpoint records (sequence state, liveness,
-// lease IDs) of every endpoint the window touched. Every other write is
+// MaxTxnBytes bytes, up to MaxTxnsInFlight of them at once (after
+// coalescing they touch distinct keys), and only the last one, sent once
+// all the others have committed, writes the partition's next offset
+// together with the endpoint records (sequence state, liveness, lease IDs)
+// of every endpoint the window touched. Every other write is
 // idempotent: a crash at any point replays the window from the stored
 // offset, and the replay makes the same decisions, because every input to
 // a decision (sequence state, last-record time, the endpoint's existence)

@@ -25,9 +25,10 @@ type seqState struct {
 type shard struct {
 	id   clientv3.LeaseID
 	keys int
-	// txn and unsent count the keys assigned in the transaction being
-	// built (txnBuilder.seq), which etcd cannot count yet.
-	txn    uint64
+	// window and unsent count the keys assigned in the batch window being
+	// written (worker.window), which etcd may not count yet: its
+	// transactions are built before earlier ones of the window commit.
+	window uint64
 	unsent int
 }
 
@@ -53,12 +54,16 @@ type endpoint struct {
 	tiers [tier.Count + 1][]shard
 
 	// inEtcd: a record of this endpoint exists in etcd as far as the
-	// worker knows. leasesDirty: the lease set changed since a record was
-	// last written. mayHaveBlocks: etcd may hold block keys of it (false
+	// worker knows. mayHaveBlocks: etcd may hold block keys of it (false
 	// only after a drop, or for an endpoint created by this worker).
 	inEtcd        bool
-	leasesDirty   bool
 	mayHaveBlocks bool
+	// leaseGen counts changes of the lease set; storedGen is the leaseGen
+	// of the newest record known to be committed (the leases are dirty
+	// while they differ); recGen is the leaseGen of the record put in the
+	// transaction being built. Generations, not a flag, because several
+	// transactions may be in flight, each with its own copy of the record.
+	leaseGen, storedGen, recGen uint64
 	// dirty: the window changed it; the commit transaction writes it.
 	dirty bool
 	// gone: dropped with its record (goodbye, expiry); a later record of
@@ -71,6 +76,14 @@ type endpoint struct {
 	recTxn uint64
 	recOp  int
 }
+
+// leasesChanged records a change of the lease set: the next transaction
+// that puts a key of the endpoint also rewrites its record.
+func (e *endpoint) leasesChanged() { e.leaseGen++ }
+
+// leasesDirty reports whether the lease set changed since the newest
+// record known to be committed was written.
+func (e *endpoint) leasesDirty() bool { return e.leaseGen != e.storedGen }
 
 func newEndpoint(ks keyspace.Keyspace, id keyspace.Endpoint) *endpoint {
 	return &endpoint{id: id, key: ks.EndpointKey(id), blocksPrefix: ks.EndpointBlocksPrefix(id)}

@@ -37,7 +37,17 @@ type worker struct {
 	etcd   *clientv3.Client
 	keeper *keeper
 	dec    *events.Decoder
-	b      *txnBuilder
+	// b is the transaction being built (nil while commit has just
+	// launched it); idle are builders free for the next ones, flights the
+	// window's block transactions in flight (oldest first) and failed
+	// those that came back with an error; seqs numbers the builders'
+	// transactions. See pipeline.go.
+	b        *txnBuilder
+	idle     []*txnBuilder
+	flights  []*flight
+	failed   []*flight
+	seqs     uint64
+	ownerKey string
 
 	claimRev  int64
 	offsetKey []byte
@@ -52,8 +62,11 @@ type worker struct {
 	eps   map[keyspace.Endpoint]*endpoint
 	ops   *opSet
 	dirty []*endpoint
-	// windowRecords counts the records of the open window.
+	// windowRecords counts the records of the open window; window numbers
+	// the windows commit writes (lease shards count their unsent keys per
+	// window).
 	windowRecords int
+	window        uint64
 
 	// clock is the partition clock; minLast a lower bound of the live
 	// endpoints' last-record times (so most records skip the expiry scan).
@@ -69,10 +82,8 @@ type worker struct {
 
 	keyBuf []byte
 	leases []clientv3.LeaseID
-	// recEps are the endpoints whose record the transaction being built
-	// puts; vals the commit part's encoded records.
-	recEps []*endpoint
-	vals   [][]byte
+	// vals are the commit part's encoded records.
+	vals [][]byte
 }
 
 // maxDirty bounds the endpoints one window may touch: the commit
@@ -300,7 +311,7 @@ func (w *worker) drop(ctx context.Context, ep *endpoint, reason string, deleteRe
 					w.revoke(ctx, s.id)
 				}
 				ep.tiers[t] = ep.tiers[t][:1]
-				ep.leasesDirty = true
+				ep.leasesChanged()
 				w.markDirty(ep)
 			}
 		}

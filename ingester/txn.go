@@ -20,9 +20,14 @@ const txnOverhead = 24
 
 // txnBuilder builds one guarded write transaction at a time, reusing its
 // memory: request structs live in arrays sized for MaxTxnOps, keys in an
-// arena. A built request is valid until the next reset.
+// arena. A built request is valid until the next reset. A worker owns a few
+// builders (one per transaction in flight) that share one sequence counter.
 type txnBuilder struct {
-	seq uint64 // incremented by every reset; names the transaction being built
+	// seq names the transaction being built: every reset takes the next
+	// value of the shared counter seqs, so it is unique among the worker's
+	// builders.
+	seq  uint64
+	seqs *uint64
 
 	req  pb.TxnRequest
 	cmp  pb.Compare
@@ -42,10 +47,21 @@ type txnBuilder struct {
 	offset int64
 	// blockOps counts the block puts and deletes added.
 	blockOps int
+	// recs are the endpoints whose record the transaction puts, with the
+	// lease generation each record was written with (see seal).
+	recs []recPut
 }
 
-func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
+// recPut is an endpoint record put by a transaction, written with the
+// endpoint's lease generation gen.
+type recPut struct {
+	ep  *endpoint
+	gen uint64
+}
+
+func newTxnBuilder(maxOps int, ownerKey string, seqs *uint64) *txnBuilder {
 	b := &txnBuilder{
+		seqs:  seqs,
 		ops:   make([]*pb.RequestOp, 0, maxOps),
 		reqs:  make([]pb.RequestOp, maxOps),
 		puts:  make([]pb.PutRequest, maxOps),
@@ -61,7 +77,10 @@ func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
 
 // reset starts a new transaction guarded by ModRevision(owner) == claimRev.
 func (b *txnBuilder) reset(claimRev int64) {
-	b.seq++
+	*b.seqs++
+	b.seq = *b.seqs
+	clear(b.recs)
+	b.recs = b.recs[:0]
 	b.cmpu.ModRevision = claimRev
 	clear(b.ops)
 	b.ops = b.ops[:0]
@@ -108,6 +127,27 @@ func (b *txnBuilder) del(key, end []byte) {
 	b.bytes += len(key) + len(end) + txnOverhead
 }
 
+// putRecord adds the put of ep's record and remembers it for afterTxn.
+func (b *txnBuilder) putRecord(ep *endpoint, rec []byte) {
+	ep.recTxn, ep.recOp, ep.recGen = b.seq, b.put(b.key([]byte(ep.key)), rec, ep.lease), ep.leaseGen
+	b.recs = append(b.recs, recPut{ep: ep})
+}
+
+// setRecord replaces the value of ep's record put in this transaction.
+func (b *txnBuilder) setRecord(ep *endpoint, rec []byte) {
+	b.setValue(ep.recOp, rec)
+	ep.recGen = ep.leaseGen
+}
+
+// seal ends the building: it notes the lease generation of each record
+// put, which afterTxn needs once the transaction commits (by then the
+// endpoint may be in a later transaction being built).
+func (b *txnBuilder) seal() {
+	for k := range b.recs {
+		b.recs[k].gen = b.recs[k].ep.recGen
+	}
+}
+
 // request returns the built request.
 func (b *txnBuilder) request() *pb.TxnRequest {
 	b.req = pb.TxnRequest{Compare: b.cmps[:], Success: b.ops}
@@ -122,12 +162,30 @@ var errLeaseGone = errors.New("ingester: lease not found")
 // lease expired (the caller re-grants and rebuilds), the BeforeTxn hook's
 // error, or ctx's error.
 func (w *worker) send(ctx context.Context, kind TxnKind) error {
-	b := w.b
-	if w.cfg.BeforeTxn != nil {
-		if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), BlockOps: b.blockOps, Offset: b.offset}); err != nil {
-			return &hookError{err}
-		}
+	w.b.seal()
+	if err := w.beforeTxn(ctx, w.b, kind); err != nil {
+		return err
 	}
+	return w.exec(ctx, w.b, kind)
+}
+
+// beforeTxn calls the Config.BeforeTxn hook for b, in the worker's
+// goroutine (so the hook sees a partition's transactions in the order they
+// are launched).
+func (w *worker) beforeTxn(ctx context.Context, b *txnBuilder, kind TxnKind) error {
+	if w.cfg.BeforeTxn == nil {
+		return nil
+	}
+	if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), BlockOps: b.blockOps, Offset: b.offset}); err != nil {
+		return &hookError{err}
+	}
+	return nil
+}
+
+// exec commits b's transaction as send does, without the hook. It touches
+// only b and the worker's concurrency-safe fields (etcd client, metrics,
+// logger), so transactions in flight run it in their own goroutines.
+func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 	req := b.request()
 	backoff := 20 * time.Millisecond
 	for {

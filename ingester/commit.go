@@ -268,12 +268,20 @@ func (w *worker) afterTxn(b *txnBuilder, ops []pendingOp) {
 // counting what etcd really has attached: deletes do not decrement the
 // counts, so churn would otherwise grow shards without bound).
 func (w *worker) assignLease(ctx context.Context, ep *endpoint, t tier.Tier) (clientv3.LeaseID, error) {
+	rotate := false
 	if w.rotates(ep, t) && len(ep.tiers[t]) > 0 {
 		if err := w.reconcile(ctx, ep, t); err != nil {
 			return 0, err
 		}
+		// A shard still at least half full after the recount is closed
+		// too: otherwise, with an endpoint's live keys near the bound (an
+		// LRU cache churning at its capacity), every put would recount,
+		// and a recount is a TimeToLive listing every attached key. So a
+		// tier recounts at most once per KeysPerLease/2 puts.
+		s := ep.tiers[t]
+		rotate = len(s) > 0 && s[len(s)-1].keys >= (w.cfg.KeysPerLease+1)/2
 	}
-	if w.rotates(ep, t) {
+	if rotate || w.rotates(ep, t) {
 		id, err := w.grant(ctx)
 		if err != nil {
 			return 0, err
@@ -296,6 +304,7 @@ func (w *worker) reconcile(ctx context.Context, ep *endpoint, t tier.Tier) error
 	shards := ep.tiers[t]
 	kept := shards[:0]
 	for k, s := range shards {
+		w.m.leaseRecounts.Inc()
 		resp, err := w.etcd.TimeToLive(ctx, s.id, clientv3.WithAttachedKeys())
 		if err != nil {
 			if ctx.Err() != nil {

@@ -271,3 +271,67 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 		t.Errorf("lease regrants = %v, want at least 1", n)
 	}
 }
+
+// TestLeaseRecountsBounded: an endpoint whose live keys hover near the
+// lease bound (an LRU cache at capacity: one eviction and one store per
+// batch) recounts its shards' keys in etcd a bounded number of times, not
+// every few batches, and no lease ever holds more than KeysPerLease keys.
+func TestLeaseRecountsBounded(t *testing.T) {
+	const topic = "recount"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-recount", "/kvindex/recount/")
+	cfg.KeysPerLease = 50
+	r := start(t, cfg)
+
+	const live, churn = 40, 100
+	now := time.Now()
+	hashes := chain(50+churn, 7)
+	apply := func(evs ...events.Event) {
+		t.Helper()
+		rec := batchRecord(t, "m", "pod", now, evs...)
+		ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{rec}))
+	}
+	// Fill the first shard to the bound, then evict 10: the shard's count
+	// says 50, etcd says 40.
+	apply(events.Event{Type: events.BlockStored, BlockHashes: hashes[:50], Medium: "GPU"})
+	apply(events.Event{Type: events.BlockRemoved, BlockHashes: hashes[:50-live], Medium: "GPU"})
+	// Churn at capacity, each batch in a window of its own.
+	for i := 50; i < len(hashes); i++ {
+		apply(events.Event{Type: events.BlockRemoved, BlockHashes: []uint64{hashes[i-live]}, Medium: "GPU"},
+			events.Event{Type: events.BlockStored, BlockHashes: []uint64{hashes[i]}, Medium: "GPU"})
+	}
+	id := keyspace.Endpoint{Model: "m", Pod: "pod"}
+	if n := blockCount(t, ctx, e, cfg.Keyspace, id); n != live {
+		t.Fatalf("%d block keys, want %d", n, live)
+	}
+	// A shard found at least half full by a recount is closed, so each
+	// recount is followed by at least 25 puts on a fresh shard; keeping
+	// the old one would recount every 10 puts (about 10 times here).
+	recounts := promtest.ToFloat64(r.in.m.leaseRecounts)
+	t.Logf("%v recounts over %d batches", recounts, churn)
+	if recounts < 1 || recounts > 6 {
+		t.Errorf("lease recounts = %v over %d batches at capacity, want 1 to 6", recounts, churn)
+	}
+	perLease := map[clientv3.LeaseID]int{}
+	for _, h := range hashes[len(hashes)-live:] {
+		lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, cfg.Keyspace.BlockKey(id, tier.GPU, h))
+		if err != nil {
+			t.Fatal(err)
+		}
+		perLease[lease]++
+	}
+	recorded := map[int64]bool{}
+	for _, s := range ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id].TierLeases["gpu"] {
+		recorded[int64(s.ID)] = true
+	}
+	for lease, n := range perLease {
+		if n > cfg.KeysPerLease {
+			t.Errorf("lease %x holds %d keys, bound %d", lease, n, cfg.KeysPerLease)
+		}
+		if !recorded[int64(lease)] {
+			t.Errorf("lease %x holds keys but the endpoint record does not name it", lease)
+		}
+	}
+}

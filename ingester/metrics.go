@@ -22,6 +22,7 @@ type metrics struct {
 	leases         prometheus.Gauge
 	leaseGrants    prometheus.Counter
 	leaseRegrants  prometheus.Counter
+	leaseRecounts  prometheus.Counter
 	leasesExpired  prometheus.Counter
 	lag            *prometheus.GaugeVec // by partition
 	partitions     prometheus.Gauge
@@ -59,6 +60,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Leases granted."}),
 		leaseRegrants: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_regrants_total",
 			Help: "Leases granted again because a write found its lease expired."}),
+		leaseRecounts: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "lease_recounts_total",
+			Help: "Lease shards whose attached keys were read back from etcd (a TimeToLive listing them) because their count reached --keys-per-lease."}),
 		leasesExpired: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "leases_expired_total",
 			Help: "Leases found expired while this ingester kept them alive."}),
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "lag_records",
@@ -69,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Stored offsets found outside the log (the partition restarted at the log start)."}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
-		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants,
+		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
 		m.leasesExpired, m.lag, m.partitions, m.offsetResets} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ingester: registering metrics: %w", err)

@@ -196,6 +196,7 @@ type ingesterOptions struct {
 	partitions int32
 	maxTxnOps  int
 	windowOps  int
+	inFlight   int
 	beforeTxn  func(context.Context, ingester.TxnInfo) error
 	log        *slog.Logger
 }
@@ -217,6 +218,9 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	}
 	if o.windowOps > 0 {
 		cfg.WindowOps = o.windowOps
+	}
+	if o.inFlight > 0 {
+		cfg.MaxTxnsInFlight = o.inFlight
 	}
 	cfg.BeforeTxn = o.beforeTxn
 	cfg.Logger = o.log.With("component", "ingester")

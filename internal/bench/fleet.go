@@ -48,6 +48,10 @@ type FleetConfig struct {
 	// WindowOps is the ingesters' Config.WindowOps (the block operations
 	// that end a batch window). Default the ingester's.
 	WindowOps int
+	// MaxTxnsInFlight is the ingesters' Config.MaxTxnsInFlight, and the
+	// transactions each reference writer keeps in flight. Default the
+	// ingester's.
+	MaxTxnsInFlight int
 	// Profile, when set, receives a CPU profile (pprof) of the paced run.
 	Profile io.Writer
 	// Logger receives the components' logs. Default: discard.
@@ -72,6 +76,9 @@ func (c *FleetConfig) defaults() error {
 	}
 	if c.BarrierTimeout <= 0 {
 		c.BarrierTimeout = 30 * time.Second
+	}
+	if c.MaxTxnsInFlight <= 0 {
+		c.MaxTxnsInFlight = ingester.DefaultMaxTxnsInFlight
 	}
 	if c.Logger == nil {
 		c.Logger = logging.Discard()
@@ -208,7 +215,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, end)
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, end)
 	if err != nil {
 		return err
 	}
@@ -217,7 +224,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 		return err
 	}
 	defer node.close()
-	if res.CeilingTime, err = capture.rawWrite(ctx, node.cli, topic); err != nil {
+	if res.CeilingTime, err = capture.rawWrite(ctx, node.cli, topic, cfg.MaxTxnsInFlight); err != nil {
 		return err
 	}
 	res.CeilingOps, res.CeilingTxns = capture.blockOps(), capture.transactions()
@@ -266,7 +273,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	}
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, log: log,
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight, log: log,
 		beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			if info.Offset >= 0 {
 				at := time.Now()

@@ -27,6 +27,10 @@ type IngestConfig struct {
 	// WindowOps is the ingester's Config.WindowOps. Default the
 	// ingester's.
 	WindowOps int
+	// MaxTxnsInFlight is the ingester's Config.MaxTxnsInFlight, and the
+	// transactions each reference writer keeps in flight. Default the
+	// ingester's.
+	MaxTxnsInFlight int
 	// Rounds is how many times the reference and the timed ingest run,
 	// alternating which goes first. Default 1.
 	Rounds int
@@ -43,6 +47,9 @@ func (c *IngestConfig) defaults() error {
 	}
 	if c.Rounds <= 0 {
 		c.Rounds = 1
+	}
+	if c.MaxTxnsInFlight <= 0 {
+		c.MaxTxnsInFlight = ingester.DefaultMaxTxnsInFlight
 	}
 	if c.Logger == nil {
 		c.Logger = logging.Discard()
@@ -160,7 +167,7 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 
 // options are the ingesters' shape (each run adds its etcd client).
 func (r *IngestRun) options() ingesterOptions {
-	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps,
+	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps, inFlight: r.cfg.MaxTxnsInFlight,
 		log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
 }
 
@@ -190,7 +197,7 @@ func (r *IngestRun) reference(ctx context.Context) error {
 		return err
 	}
 	defer node.close()
-	d, err := r.capture.rawWrite(ctx, node.cli, r.topic)
+	d, err := r.capture.rawWrite(ctx, node.cli, r.topic, r.cfg.MaxTxnsInFlight)
 	if err != nil {
 		return err
 	}

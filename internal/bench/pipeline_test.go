@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/refmodel"
@@ -16,9 +17,10 @@ import (
 
 // TestRawWriteReproducesIngest checks the reference of the ingest and
 // fleet measurements: the transactions captured from an ingester run,
-// written straight to a fresh etcd, leave exactly the blocks the stream
-// describes (the reference model's answer), and count the block
-// operations the ingester wrote.
+// written straight to a fresh etcd (with the ingester's default number in
+// flight, so the writer must keep its barriers), leave exactly the blocks
+// the stream describes (the reference model's answer), and count the
+// block operations the ingester wrote.
 func TestRawWriteReproducesIngest(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -55,7 +57,7 @@ func TestRawWriteReproducesIngest(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer node.close()
-	if _, err := capture.rawWrite(ctx, node.cli, topic); err != nil {
+	if _, err := capture.rawWrite(ctx, node.cli, topic, ingester.DefaultMaxTxnsInFlight); err != nil {
 		t.Fatal(err)
 	}
 	if len(capture.writerTime) != 2 {

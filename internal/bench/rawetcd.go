@@ -128,12 +128,15 @@ func (c *txnCapture) transactions() int {
 // rawWrite is the reference writer (DESIGN "Performance goals": the same
 // transactions written straight to the same etcd by the same number of
 // concurrent writers). It writes c's transactions to cli with one writer
-// goroutine per partition, each sending its partition's transactions in
-// order through the same raw gRPC KV client the ingester uses, and returns
-// the time that took. Before timing, the captured leases are replaced by
+// per partition, each sending its partition's transactions in order
+// through the same raw gRPC KV client the ingester uses, and returns the
+// time that took. Like the ingester's partition worker, a writer keeps up
+// to inFlight block transactions in flight, and sends a transaction that
+// stores an offset or deletes a range or a record (a window's commit, a
+// drop) alone, once every earlier one has committed (see barrier). Before timing, the captured leases are replaced by
 // leases granted in this etcd and every guard is re-pointed at an owner
 // key written for it.
-func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic string) (time.Duration, error) {
+func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic string, inFlight int) (time.Duration, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	leases := map[int64]int64{}
@@ -177,7 +180,7 @@ func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic s
 				c.writerTime[p] = d
 				wmu.Unlock()
 			}()
-			for _, t := range txns {
+			send := func(t *pb.TxnRequest) error {
 				resp, err := kv.Txn(gctx, t)
 				if err != nil {
 					return fmt.Errorf("bench: reference transaction: %w", err)
@@ -185,10 +188,51 @@ func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic s
 				if !resp.Succeeded {
 					return fmt.Errorf("bench: reference transaction's guard failed")
 				}
+				return nil
 			}
-			return nil
+			flights := new(errgroup.Group)
+			flights.SetLimit(max(inFlight, 1))
+			for _, t := range txns {
+				if !c.barrier(t) {
+					flights.Go(func() error { return send(t) })
+					continue
+				}
+				if err := flights.Wait(); err != nil {
+					return err
+				}
+				if err := send(t); err != nil {
+					return err
+				}
+				flights = new(errgroup.Group)
+				flights.SetLimit(max(inFlight, 1))
+			}
+			return flights.Wait()
 		})
 	}
 	err := g.Wait()
 	return time.Since(began), err
+}
+
+// barrier reports whether the ingester sends t only once every earlier
+// transaction of its partition has committed, and none after it until it
+// has: t stores an offset (a window's commit), or deletes a range or an
+// endpoint record (a drop). Other transactions put and delete single block
+// keys (and put endpoint records), and go out without waiting.
+func (c *txnCapture) barrier(t *pb.TxnRequest) bool {
+	offsets, blocks := []byte(c.ks.OffsetsPrefix()), []byte(c.ks.BlocksPrefix())
+	for _, op := range t.Success {
+		switch r := op.Request.(type) {
+		case *pb.RequestOp_RequestPut:
+			if bytes.HasPrefix(r.RequestPut.Key, offsets) {
+				return true
+			}
+		case *pb.RequestOp_RequestDeleteRange:
+			if len(r.RequestDeleteRange.RangeEnd) > 0 || !bytes.HasPrefix(r.RequestDeleteRange.Key, blocks) {
+				return true
+			}
+		default:
+			return true
+		}
+	}
+	return false
 }

@@ -157,14 +157,15 @@ func parseCounts(s string) ([]int, error) {
 
 func newFleetCommand() *cobra.Command {
 	var (
-		s           shared
-		stream      = bench.DefaultStreamConfig()
-		partitions  int32
-		fraction    float64
-		rate        float64
-		probeEvery  int
-		maxInFlight int
-		windowOps   int
+		s            shared
+		stream       = bench.DefaultStreamConfig()
+		partitions   int32
+		fraction     float64
+		rate         float64
+		probeEvery   int
+		maxInFlight  int
+		windowOps    int
+		txnsInFlight int
 	)
 	cmd := &cobra.Command{
 		Use:   "fleet",
@@ -210,7 +211,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
-				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, Logger: log}
+				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnsInFlight: txnsInFlight, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -265,6 +266,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
 	return cmd
 }
 
@@ -278,12 +280,13 @@ func registerStream(fs *pflag.FlagSet, c *bench.StreamConfig) {
 
 func newIngestCommand() *cobra.Command {
 	var (
-		s          shared
-		stream     = bench.DefaultStreamConfig()
-		partitions int32
-		maxTxnOps  int
-		windowOps  int
-		rounds     int
+		s            shared
+		stream       = bench.DefaultStreamConfig()
+		partitions   int32
+		maxTxnOps    int
+		windowOps    int
+		txnsInFlight int
+		rounds       int
 	)
 	cmd := &cobra.Command{
 		Use:   "ingest",
@@ -322,7 +325,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 			if err != nil {
 				return err
 			}
-			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, Rounds: rounds, Logger: log})
+			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, MaxTxnsInFlight: txnsInFlight, Rounds: rounds, Logger: log})
 			if perr := stop(); err == nil {
 				err = perr
 			}
@@ -345,6 +348,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (ingester workers and reference writers)")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
 	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
 	return cmd
 }

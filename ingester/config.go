@@ -25,6 +25,7 @@ const (
 	DefaultWindowRecords    = 1024
 	DefaultWindowOps        = 4096
 	DefaultMaxTxnsInFlight  = 4
+	DefaultQueueBytes       = 16 << 20
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultLivenessWindow   = 30 * time.Second
 	DefaultKeysPerLease     = 10_000
@@ -76,6 +77,11 @@ type Config struct {
 	// 1 sends one at a time, building the next meanwhile. Default
 	// DefaultMaxTxnsInFlight; at least 1.
 	MaxTxnsInFlight int
+	// QueueBytes bounds the fetched record bytes (keys, values, headers)
+	// queued for one partition's worker; the consume loop waits for the
+	// worker beyond it, which holds up every partition of this member.
+	// Default DefaultQueueBytes (16 MiB); at least 64 KiB.
+	QueueBytes int
 
 	// LeaseTTL is the TTL of every lease the ingester grants, a whole
 	// number of seconds. Keepalives renew at a third of it, so after a
@@ -188,6 +194,7 @@ func DefaultConfig() Config {
 		WindowRecords:    DefaultWindowRecords,
 		WindowOps:        DefaultWindowOps,
 		MaxTxnsInFlight:  DefaultMaxTxnsInFlight,
+		QueueBytes:       DefaultQueueBytes,
 		LeaseTTL:         DefaultLeaseTTL,
 		LivenessWindow:   DefaultLivenessWindow,
 		KeysPerLease:     DefaultKeysPerLease,
@@ -219,6 +226,8 @@ func (c *Config) Validate() error {
 		return bad("WindowOps %d: want at least 1", c.WindowOps)
 	case c.MaxTxnsInFlight < 1:
 		return bad("MaxTxnsInFlight %d: want at least 1", c.MaxTxnsInFlight)
+	case c.QueueBytes < 64<<10:
+		return bad("QueueBytes %d: want at least 64 KiB", c.QueueBytes)
 	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:
 		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
 	case c.LivenessWindow <= 0:

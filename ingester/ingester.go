@@ -16,14 +16,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
-// inputQueue is how many fetched batches a worker may have queued before
-// the poll loop waits for it.
-const inputQueue = 8
+// inputSlots is how many fetches a worker may have queued; QueueBytes is
+// the bound that matters (a paced partition's fetches hold a record or
+// two each, so a count of fetches would block the poll loop, and with it
+// every other partition, long before a byte bound would).
+const inputSlots = 1024
 
 // Ingester is one consumer-group member writing the index. Create it with
 // New and start it with Run; it is single use.
@@ -52,10 +55,15 @@ type Ingester struct {
 
 // partition is a running worker and the handles to stop it.
 type partition struct {
-	w      *worker
-	from   int64         // the offset fetching starts at
-	in     chan input    // sent to by the poll loop only; never closed
-	drain  chan struct{} // closed (once, by stop) to ask for a graceful stop
+	w    *worker
+	from int64      // the offset fetching starts at
+	in   chan input // sent to by the poll loop only; never closed
+	// queued bounds the payload bytes of the inputs in in (QueueBytes):
+	// the poll loop acquires an input's bytes before sending it, the
+	// worker releases them when it takes the input.
+	queued *semaphore.Weighted
+	ctx    context.Context // ends when the worker stops
+	drain  chan struct{}   // closed (once, by stop) to ask for a graceful stop
 	once   sync.Once
 	cancel context.CancelFunc
 	done   chan struct{} // closed when the worker returned
@@ -210,8 +218,12 @@ func (in *Ingester) poll(ctx context.Context) {
 			if part == nil {
 				return
 			}
+			n := min(fetchBytes(fp.Records), int64(in.cfg.QueueBytes))
+			if err := part.queued.Acquire(part.ctx, n); err != nil {
+				return // the worker stopped; its successor refetches
+			}
 			select {
-			case part.in <- input{recs: fp.Records, hwm: fp.HighWatermark, reset: -1}:
+			case part.in <- input{recs: fp.Records, hwm: fp.HighWatermark, reset: -1, bytes: n}:
 			case <-part.done:
 			case <-ctx.Done():
 			}
@@ -404,7 +416,9 @@ func (in *Ingester) forget(ps []int32) {
 // start runs w, whose partition is to be fetched from offset from.
 func (in *Ingester) start(cl *kgo.Client, w *worker, from int64) {
 	ctx, cancel := context.WithCancel(in.runCtx)
-	part := &partition{w: w, from: from, in: make(chan input, inputQueue), drain: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	part := &partition{w: w, from: from, in: make(chan input, inputSlots), queued: semaphore.NewWeighted(int64(in.cfg.QueueBytes)),
+		ctx: ctx, drain: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
+	w.dequeued = func(n int64) { part.queued.Release(n) }
 	part.committed.Store(-1)
 	part.kafka = -1
 	w.onCommit = func(next int64) { part.committed.Store(next) }
@@ -435,3 +449,16 @@ func (in *Ingester) start(cl *kgo.Client, w *worker, from int64) {
 
 // keyspaceLease renders a lease ID as etcdctl does, for logs.
 func keyspaceLease(id clientv3.LeaseID) string { return keyspace.LeaseID(id).String() }
+
+// fetchBytes approximates the memory a fetch's records hold: their keys,
+// values and headers.
+func fetchBytes(recs []*kgo.Record) int64 {
+	var n int64
+	for _, r := range recs {
+		n += int64(len(r.Key) + len(r.Value))
+		for _, h := range r.Headers {
+			n += int64(len(h.Key) + len(h.Value))
+		}
+	}
+	return n
+}

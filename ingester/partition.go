@@ -23,6 +23,8 @@ type input struct {
 	recs  []*kgo.Record
 	hwm   int64
 	reset int64
+	// bytes is what the input holds of its partition's QueueBytes.
+	bytes int64
 }
 
 // worker owns one assigned partition: it applies the partition's records in
@@ -79,6 +81,9 @@ type worker struct {
 
 	// onCommit publishes the stored offset (for Kafka lag commits).
 	onCommit func(next int64)
+	// dequeued gives back an input's share of QueueBytes once the worker
+	// has taken it from its queue.
+	dequeued func(n int64)
 
 	keyBuf []byte
 	leases []clientv3.LeaseID
@@ -148,6 +153,9 @@ func (w *worker) tickInterval() time.Duration {
 
 // handle applies one input, committing whenever the window fills.
 func (w *worker) handle(ctx context.Context, x input) error {
+	if x.bytes > 0 && w.dequeued != nil {
+		w.dequeued(x.bytes)
+	}
 	if x.reset >= 0 {
 		if err := w.commit(ctx); err != nil {
 			return err

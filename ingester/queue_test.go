@@ -1,0 +1,81 @@
+package ingester
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/refmodel"
+)
+
+// TestStalledPartitionDoesNotHoldUpOthers: while one partition's worker
+// is stuck (here in its transaction hook, as it would be behind a slow
+// etcd), the records fetched for it queue up under QueueBytes, and the
+// other partitions' records keep being delivered and written. A queue
+// bounded by a count of fetches (a record or two each, at a steady rate)
+// filled after a few and stopped the consume loop for every partition.
+func TestStalledPartitionDoesNotHoldUpOthers(t *testing.T) {
+	const topic = "stall"
+	e := newEnv(t, 2, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-stall", "/kvindex/stall/")
+	var stalled atomic.Int32
+	stalled.Store(-1)
+	release := make(chan struct{})
+	cfg.BeforeTxn = func(ctx context.Context, info TxnInfo) error {
+		if info.Partition == stalled.Load() {
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+		}
+		return nil
+	}
+	start(t, cfg)
+
+	// Find a pod on each partition.
+	now := time.Now()
+	pods := map[int32]string{}
+	for i := 0; len(pods) < 2 && i < 64; i++ {
+		pod := fmt.Sprintf("pod-%d", i)
+		for p := range ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{heartbeat(pod, now)}) {
+			if _, ok := pods[p]; !ok {
+				pods[p] = pod
+			}
+		}
+	}
+	if len(pods) < 2 {
+		t.Fatalf("64 pods all hashed to one partition: %v", pods)
+	}
+
+	stalled.Store(0)
+	defer func() {
+		if stalled.Load() >= 0 {
+			close(release)
+		}
+	}()
+	last := ingesttest.Offsets{}
+	for i := range 60 {
+		last.Merge(ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, pods[0], now, uint64(i+1))}))
+		time.Sleep(2 * time.Millisecond) // a fetch or so each, as at a steady rate
+	}
+	other := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, pods[1], now, 1000)})
+	waitCtx, stop := context.WithTimeout(ctx, 15*time.Second)
+	err := ingesttest.Applied(waitCtx, e.etcd.Client, cfg.Keyspace, topic, other)
+	stop()
+	if err != nil {
+		t.Fatalf("partition 1's record was not written while partition 0 was stalled: %v", err)
+	}
+
+	stalled.Store(-1)
+	close(release)
+	last.Merge(other)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, last)
+	if n := len(ingesttest.Blocks(t, ctx, e.etcd.Client, cfg.Keyspace)); n != 61 {
+		t.Errorf("%d blocks after the stall, want 61", n)
+	}
+}

@@ -250,7 +250,12 @@ func (w *worker) addCommitPart(ctx context.Context) (bool, error) {
 }
 
 // afterTxn records what b's committed transaction, which carried ops, put
-// in etcd.
+// in etcd. Two transactions of a window may carry copies of one endpoint's
+// record, and the older copy may commit last; storedGen then runs ahead of
+// etcd until the window's offset transaction, which rewrites the record of
+// every endpoint the window touched after all the others have committed.
+// A crash before it replays the window, which puts the window's keys again
+// under leases the successor's records name.
 func (w *worker) afterTxn(b *txnBuilder, ops []pendingOp) {
 	for _, r := range b.recs {
 		r.ep.inEtcd = true

@@ -65,7 +65,6 @@ func (w *worker) launch(ctx context.Context, ops []pendingOp, from, to int) (rep
 func (w *worker) landOldest(ops []pendingOp) {
 	f := w.flights[0]
 	<-f.done
-	w.flights[0] = nil
 	w.flights = slices.Delete(w.flights, 0, 1)
 	if f.err == nil {
 		w.afterTxn(f.b, ops[f.from:f.to])

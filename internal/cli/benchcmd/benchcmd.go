@@ -66,9 +66,30 @@ func (s *shared) check() error {
 	return nil
 }
 
-func (s *shared) logger() (*slog.Logger, error) { return s.log.Logger() }
+// begin sets each flag of quick to its value when --quick is given and
+// the flag was not, then checks the shared flags.
+func (s *shared) begin(fs *pflag.FlagSet, quick map[string]string) error {
+	for name, v := range quick {
+		if err := quickDefault(fs, s.quick, name, v); err != nil {
+			return err
+		}
+	}
+	return s.check()
+}
 
-func (s *shared) loadTrace() ([]fleetsim.Request, error) { return bench.LoadTrace(s.trace) }
+// inputs returns what every subcommand starts from: its logger and the
+// request trace.
+func (s *shared) inputs() (*slog.Logger, []fleetsim.Request, error) {
+	log, err := s.log.Logger()
+	if err != nil {
+		return nil, nil, err
+	}
+	trace, err := bench.LoadTrace(s.trace)
+	if err != nil {
+		return nil, nil, err
+	}
+	return log, trace, nil
+}
 
 // write prints the report in the chosen format.
 func (s *shared) write(w io.Writer, r *bench.Report) error {
@@ -191,18 +212,10 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 --cpuprofile profiles the paced run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			if err := quickDefault(fs, s.quick, "requests", "1500"); err != nil {
+			if err := s.begin(cmd.Flags(), map[string]string{"requests": "1500"}); err != nil {
 				return err
 			}
-			if err := s.check(); err != nil {
-				return err
-			}
-			log, err := s.logger()
-			if err != nil {
-				return err
-			}
-			trace, err := s.loadTrace()
+			log, trace, err := s.inputs()
 			if err != nil {
 				return err
 			}
@@ -300,20 +313,10 @@ partition). Rounds alternate which of the two goes first; each run gets a
 fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			for name, v := range map[string]string{"requests": "1500", "rounds": "1"} {
-				if err := quickDefault(fs, s.quick, name, v); err != nil {
-					return err
-				}
-			}
-			if err := s.check(); err != nil {
+			if err := s.begin(cmd.Flags(), map[string]string{"requests": "1500", "rounds": "1"}); err != nil {
 				return err
 			}
-			log, err := s.logger()
-			if err != nil {
-				return err
-			}
-			trace, err := s.loadTrace()
+			log, trace, err := s.inputs()
 			if err != nil {
 				return err
 			}
@@ -377,24 +380,14 @@ against a gRPC health Check (a round trip that does no work) in the same
 run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			for name, v := range map[string]string{"entries": "200k", "min-time": "500ms", "grpc-time": "1s"} {
-				if err := quickDefault(fs, s.quick, name, v); err != nil {
-					return err
-				}
-			}
-			if err := s.check(); err != nil {
+			if err := s.begin(cmd.Flags(), map[string]string{"entries": "200k", "min-time": "500ms", "grpc-time": "1s"}); err != nil {
 				return err
 			}
 			sizes, err := parseCounts(entries)
 			if err != nil {
 				return err
 			}
-			log, err := s.logger()
-			if err != nil {
-				return err
-			}
-			trace, err := s.loadTrace()
+			log, trace, err := s.inputs()
 			if err != nil {
 				return err
 			}
@@ -449,13 +442,7 @@ medians. DESIGN's goal: ready ≤ 1.25× the unpaged Get. The etcd quota is
 raised to --quota-bytes for millions of keys.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			fs := cmd.Flags()
-			for name, v := range map[string]string{"entries": "200k", "rounds": "1"} {
-				if err := quickDefault(fs, s.quick, name, v); err != nil {
-					return err
-				}
-			}
-			if err := s.check(); err != nil {
+			if err := s.begin(cmd.Flags(), map[string]string{"entries": "200k", "rounds": "1"}); err != nil {
 				return err
 			}
 			sizes, err := parseCounts(entries)
@@ -465,11 +452,7 @@ raised to --quota-bytes for millions of keys.`,
 			if len(sizes) != 1 {
 				return usagef("--entries %q: want one count", entries)
 			}
-			log, err := s.logger()
-			if err != nil {
-				return err
-			}
-			trace, err := s.loadTrace()
+			log, trace, err := s.inputs()
 			if err != nil {
 				return err
 			}

@@ -40,6 +40,10 @@ func TestConfigValidate(t *testing.T) {
 		{"no_drop_page", func(c *Config) { c.DropPageSize = 0 }, false},
 		{"no_window_records", func(c *Config) { c.WindowRecords = 0 }, false},
 		{"no_window_ops", func(c *Config) { c.WindowOps = 0 }, false},
+		{"no_txns_in_flight", func(c *Config) { c.MaxTxnsInFlight = 0 }, false},
+		{"one_txn_in_flight", func(c *Config) { c.MaxTxnsInFlight = 1 }, true},
+		{"queue_bytes_too_small", func(c *Config) { c.QueueBytes = 64<<10 - 1 }, false},
+		{"queue_bytes_smallest", func(c *Config) { c.QueueBytes = 64 << 10 }, true},
 		{"no_session_timeout", func(c *Config) { c.SessionTimeout = 0 }, false},
 		{"bad_id", func(c *Config) { c.ID = "\xff" }, false},
 	}

@@ -87,6 +87,60 @@ func (Tier) EnumDescriptor() ([]byte, []int) {
 	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{0}
 }
 
+// HashMode is how an endpoint's block keys were computed (DESIGN
+// "Hashing").
+type HashMode int32
+
+const (
+	// HASH_MODE_UNSPECIFIED is an endpoint record that names no mode.
+	HashMode_HASH_MODE_UNSPECIFIED HashMode = 0
+	// HASH_MODE_TOKEN keys are kvindex's canonical keys over token ids.
+	HashMode_HASH_MODE_TOKEN HashMode = 1
+	// HASH_MODE_ENGINE keys are the engine's own block hashes.
+	HashMode_HASH_MODE_ENGINE HashMode = 2
+)
+
+// Enum value maps for HashMode.
+var (
+	HashMode_name = map[int32]string{
+		0: "HASH_MODE_UNSPECIFIED",
+		1: "HASH_MODE_TOKEN",
+		2: "HASH_MODE_ENGINE",
+	}
+	HashMode_value = map[string]int32{
+		"HASH_MODE_UNSPECIFIED": 0,
+		"HASH_MODE_TOKEN":       1,
+		"HASH_MODE_ENGINE":      2,
+	}
+)
+
+func (x HashMode) Enum() *HashMode {
+	p := new(HashMode)
+	*p = x
+	return p
+}
+
+func (x HashMode) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HashMode) Descriptor() protoreflect.EnumDescriptor {
+	return file_kvindex_v1_index_proto_enumTypes[1].Descriptor()
+}
+
+func (HashMode) Type() protoreflect.EnumType {
+	return &file_kvindex_v1_index_proto_enumTypes[1]
+}
+
+func (x HashMode) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HashMode.Descriptor instead.
+func (HashMode) EnumDescriptor() ([]byte, []int) {
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{1}
+}
+
 // Endpoint identifies one KV cache: a model-server pod and its
 // data-parallel rank. Each data-parallel rank keeps its own prefix cache.
 type Endpoint struct {
@@ -287,7 +341,15 @@ type LookupRequest struct {
 	Candidates []*Endpoint `protobuf:"bytes,3,rep,name=candidates,proto3" json:"candidates,omitempty"`
 	// barrier, when set, makes the call wait until the named records are
 	// applied.
-	Barrier       *Barrier `protobuf:"bytes,4,opt,name=barrier,proto3" json:"barrier,omitempty"`
+	Barrier *Barrier `protobuf:"bytes,4,opt,name=barrier,proto3" json:"barrier,omitempty"`
+	// tokens, when set, is the prompt as token ids instead of block hashes
+	// (token mode): the replica keys them with kvindex's canonical key
+	// (docs/hashing.md) once per distinct block size among the candidate
+	// endpoints in token hash mode. Exactly one of block_hashes and tokens
+	// is set; both, or neither with a non-empty prompt, is INVALID_ARGUMENT.
+	// More than 4 distinct block sizes among the candidates is
+	// INVALID_ARGUMENT naming them.
+	Tokens        *TokenPrompt `protobuf:"bytes,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -350,6 +412,161 @@ func (x *LookupRequest) GetBarrier() *Barrier {
 	return nil
 }
 
+func (x *LookupRequest) GetTokens() *TokenPrompt {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+// TokenPrompt is a prompt's token ids with the extras vLLM folds into its
+// block hashes, from which kvindex's canonical keys are computed
+// (docs/hashing.md gives the byte layout). A trailing partial block is not
+// keyed.
+type TokenPrompt struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// token_ids are the prompt's token ids in order. The server caps their
+	// count (docs/limits.md) and answers INVALID_ARGUMENT above it.
+	TokenIds []uint32 `protobuf:"varint,1,rep,packed,name=token_ids,json=tokenIds,proto3" json:"token_ids,omitempty"`
+	// lora_name is the LoRA adapter the request runs with; empty for the
+	// base model. It is an extra of every block.
+	LoraName string `protobuf:"bytes,2,opt,name=lora_name,json=loraName,proto3" json:"lora_name,omitempty"`
+	// cache_salt is the request's prefix-cache salt; empty for none. It is
+	// an extra of block 0 only.
+	CacheSalt string `protobuf:"bytes,3,opt,name=cache_salt,json=cacheSalt,proto3" json:"cache_salt,omitempty"`
+	// multimodal_items are the prompt's multimodal inputs in prompt order;
+	// each is an extra of every block its token span overlaps.
+	MultimodalItems []*MultiModalItem `protobuf:"bytes,4,rep,name=multimodal_items,json=multimodalItems,proto3" json:"multimodal_items,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *TokenPrompt) Reset() {
+	*x = TokenPrompt{}
+	mi := &file_kvindex_v1_index_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TokenPrompt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TokenPrompt) ProtoMessage() {}
+
+func (x *TokenPrompt) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_index_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TokenPrompt.ProtoReflect.Descriptor instead.
+func (*TokenPrompt) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TokenPrompt) GetTokenIds() []uint32 {
+	if x != nil {
+		return x.TokenIds
+	}
+	return nil
+}
+
+func (x *TokenPrompt) GetLoraName() string {
+	if x != nil {
+		return x.LoraName
+	}
+	return ""
+}
+
+func (x *TokenPrompt) GetCacheSalt() string {
+	if x != nil {
+		return x.CacheSalt
+	}
+	return ""
+}
+
+func (x *TokenPrompt) GetMultimodalItems() []*MultiModalItem {
+	if x != nil {
+		return x.MultimodalItems
+	}
+	return nil
+}
+
+// MultiModalItem is one multimodal input of a token prompt: its content
+// hash as the engine computes it, and the span of placeholder tokens it
+// occupies.
+type MultiModalItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// hash is the engine's identifier of the item's content (vLLM's
+	// mm_hash), carried as bytes of its UTF-8 form into the key.
+	Hash string `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	// offset is the index of the item's first placeholder token.
+	Offset uint32 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// length is the number of placeholder tokens the item occupies; at
+	// least 1.
+	Length        uint32 `protobuf:"varint,3,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MultiModalItem) Reset() {
+	*x = MultiModalItem{}
+	mi := &file_kvindex_v1_index_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MultiModalItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MultiModalItem) ProtoMessage() {}
+
+func (x *MultiModalItem) ProtoReflect() protoreflect.Message {
+	mi := &file_kvindex_v1_index_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MultiModalItem.ProtoReflect.Descriptor instead.
+func (*MultiModalItem) Descriptor() ([]byte, []int) {
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *MultiModalItem) GetHash() string {
+	if x != nil {
+		return x.Hash
+	}
+	return ""
+}
+
+func (x *MultiModalItem) GetOffset() uint32 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *MultiModalItem) GetLength() uint32 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
 // EndpointMatch is one endpoint's share of a prefix.
 type EndpointMatch struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -361,14 +578,19 @@ type EndpointMatch struct {
 	MatchedBlocks uint32 `protobuf:"varint,2,opt,name=matched_blocks,json=matchedBlocks,proto3" json:"matched_blocks,omitempty"`
 	// tiers holds, for each matched block in order, the best tier this
 	// endpoint holds it in. Its length equals matched_blocks.
-	Tiers         []Tier `protobuf:"varint,3,rep,packed,name=tiers,proto3,enum=kvindex.v1.Tier" json:"tiers,omitempty"`
+	Tiers []Tier `protobuf:"varint,3,rep,packed,name=tiers,proto3,enum=kvindex.v1.Tier" json:"tiers,omitempty"`
+	// block_size is the endpoint's block size in tokens, as its endpoint
+	// record states it; 0 when unknown. A token Lookup keys the prompt at
+	// this size for this endpoint, so matched_blocks × block_size is the
+	// number of prompt tokens it holds.
+	BlockSize     uint32 `protobuf:"varint,4,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndpointMatch) Reset() {
 	*x = EndpointMatch{}
-	mi := &file_kvindex_v1_index_proto_msgTypes[4]
+	mi := &file_kvindex_v1_index_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -380,7 +602,7 @@ func (x *EndpointMatch) String() string {
 func (*EndpointMatch) ProtoMessage() {}
 
 func (x *EndpointMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_index_proto_msgTypes[4]
+	mi := &file_kvindex_v1_index_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -393,7 +615,7 @@ func (x *EndpointMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointMatch.ProtoReflect.Descriptor instead.
 func (*EndpointMatch) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{4}
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EndpointMatch) GetEndpoint() *Endpoint {
@@ -417,6 +639,13 @@ func (x *EndpointMatch) GetTiers() []Tier {
 	return nil
 }
 
+func (x *EndpointMatch) GetBlockSize() uint32 {
+	if x != nil {
+		return x.BlockSize
+	}
+	return 0
+}
+
 // LookupResponse is the answer to a Lookup.
 type LookupResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -428,13 +657,17 @@ type LookupResponse struct {
 	// applied_offsets are, per Kafka partition the index has seen, the next
 	// offset to consume as of revision: every record below it is reflected.
 	AppliedOffsets []*PartitionOffset `protobuf:"bytes,3,rep,name=applied_offsets,json=appliedOffsets,proto3" json:"applied_offsets,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// progress_time is when this replica last heard from etcd that its
+	// watch was current (an event or a progress notification): the answer
+	// is at most now − progress_time stale. Unset before the first one.
+	ProgressTime  *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=progress_time,json=progressTime,proto3" json:"progress_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LookupResponse) Reset() {
 	*x = LookupResponse{}
-	mi := &file_kvindex_v1_index_proto_msgTypes[5]
+	mi := &file_kvindex_v1_index_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +679,7 @@ func (x *LookupResponse) String() string {
 func (*LookupResponse) ProtoMessage() {}
 
 func (x *LookupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_index_proto_msgTypes[5]
+	mi := &file_kvindex_v1_index_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +692,7 @@ func (x *LookupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LookupResponse.ProtoReflect.Descriptor instead.
 func (*LookupResponse) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{5}
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *LookupResponse) GetMatches() []*EndpointMatch {
@@ -479,6 +712,13 @@ func (x *LookupResponse) GetRevision() int64 {
 func (x *LookupResponse) GetAppliedOffsets() []*PartitionOffset {
 	if x != nil {
 		return x.AppliedOffsets
+	}
+	return nil
+}
+
+func (x *LookupResponse) GetProgressTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ProgressTime
 	}
 	return nil
 }
@@ -506,7 +746,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_kvindex_v1_index_proto_msgTypes[6]
+	mi := &file_kvindex_v1_index_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -518,7 +758,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_index_proto_msgTypes[6]
+	mi := &file_kvindex_v1_index_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -531,7 +771,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{6}
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListEndpointsRequest) GetModel() string {
@@ -575,14 +815,16 @@ type EndpointInfo struct {
 	// BlockStored event that carried one; 0 when unknown.
 	BlockSize uint32 `protobuf:"varint,7,opt,name=block_size,json=blockSize,proto3" json:"block_size,omitempty"`
 	// partition is the Kafka partition the endpoint's records arrive on.
-	Partition     int32 `protobuf:"varint,8,opt,name=partition,proto3" json:"partition,omitempty"`
+	Partition int32 `protobuf:"varint,8,opt,name=partition,proto3" json:"partition,omitempty"`
+	// hash_mode is how the endpoint's block keys were computed.
+	HashMode      HashMode `protobuf:"varint,9,opt,name=hash_mode,json=hashMode,proto3,enum=kvindex.v1.HashMode" json:"hash_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *EndpointInfo) Reset() {
 	*x = EndpointInfo{}
-	mi := &file_kvindex_v1_index_proto_msgTypes[7]
+	mi := &file_kvindex_v1_index_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -594,7 +836,7 @@ func (x *EndpointInfo) String() string {
 func (*EndpointInfo) ProtoMessage() {}
 
 func (x *EndpointInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_index_proto_msgTypes[7]
+	mi := &file_kvindex_v1_index_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -607,7 +849,7 @@ func (x *EndpointInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndpointInfo.ProtoReflect.Descriptor instead.
 func (*EndpointInfo) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{7}
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *EndpointInfo) GetModel() string {
@@ -666,6 +908,13 @@ func (x *EndpointInfo) GetPartition() int32 {
 	return 0
 }
 
+func (x *EndpointInfo) GetHashMode() HashMode {
+	if x != nil {
+		return x.HashMode
+	}
+	return HashMode_HASH_MODE_UNSPECIFIED
+}
+
 // ListEndpointsResponse is one page of endpoints.
 type ListEndpointsResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -687,7 +936,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_kvindex_v1_index_proto_msgTypes[8]
+	mi := &file_kvindex_v1_index_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -699,7 +948,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_kvindex_v1_index_proto_msgTypes[8]
+	mi := &file_kvindex_v1_index_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -712,7 +961,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{8}
+	return file_kvindex_v1_index_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*EndpointInfo {
@@ -751,27 +1000,41 @@ const file_kvindex_v1_index_proto_rawDesc = "" +
 	"\x06offset\x18\x03 \x01(\x03R\x06offset\"u\n" +
 	"\aBarrier\x125\n" +
 	"\arecords\x18\x01 \x03(\v2\x1b.kvindex.v1.PartitionOffsetR\arecords\x123\n" +
-	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xad\x01\n" +
+	"\atimeout\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\xde\x01\n" +
 	"\rLookupRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12!\n" +
 	"\fblock_hashes\x18\x02 \x03(\x06R\vblockHashes\x124\n" +
 	"\n" +
 	"candidates\x18\x03 \x03(\v2\x14.kvindex.v1.EndpointR\n" +
 	"candidates\x12-\n" +
-	"\abarrier\x18\x04 \x01(\v2\x13.kvindex.v1.BarrierR\abarrier\"\x90\x01\n" +
+	"\abarrier\x18\x04 \x01(\v2\x13.kvindex.v1.BarrierR\abarrier\x12/\n" +
+	"\x06tokens\x18\x05 \x01(\v2\x17.kvindex.v1.TokenPromptR\x06tokens\"\xad\x01\n" +
+	"\vTokenPrompt\x12\x1b\n" +
+	"\ttoken_ids\x18\x01 \x03(\rR\btokenIds\x12\x1b\n" +
+	"\tlora_name\x18\x02 \x01(\tR\bloraName\x12\x1d\n" +
+	"\n" +
+	"cache_salt\x18\x03 \x01(\tR\tcacheSalt\x12E\n" +
+	"\x10multimodal_items\x18\x04 \x03(\v2\x1a.kvindex.v1.MultiModalItemR\x0fmultimodalItems\"T\n" +
+	"\x0eMultiModalItem\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\tR\x04hash\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\rR\x06offset\x12\x16\n" +
+	"\x06length\x18\x03 \x01(\rR\x06length\"\xaf\x01\n" +
 	"\rEndpointMatch\x120\n" +
 	"\bendpoint\x18\x01 \x01(\v2\x14.kvindex.v1.EndpointR\bendpoint\x12%\n" +
 	"\x0ematched_blocks\x18\x02 \x01(\rR\rmatchedBlocks\x12&\n" +
-	"\x05tiers\x18\x03 \x03(\x0e2\x10.kvindex.v1.TierR\x05tiers\"\xa7\x01\n" +
+	"\x05tiers\x18\x03 \x03(\x0e2\x10.kvindex.v1.TierR\x05tiers\x12\x1d\n" +
+	"\n" +
+	"block_size\x18\x04 \x01(\rR\tblockSize\"\xe8\x01\n" +
 	"\x0eLookupResponse\x123\n" +
 	"\amatches\x18\x01 \x03(\v2\x19.kvindex.v1.EndpointMatchR\amatches\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12D\n" +
-	"\x0fapplied_offsets\x18\x03 \x03(\v2\x1b.kvindex.v1.PartitionOffsetR\x0eappliedOffsets\"h\n" +
+	"\x0fapplied_offsets\x18\x03 \x03(\v2\x1b.kvindex.v1.PartitionOffsetR\x0eappliedOffsets\x12?\n" +
+	"\rprogress_time\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\fprogressTime\"h\n" +
 	"\x14ListEndpointsRequest\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x12\x1b\n" +
 	"\tpage_size\x18\x02 \x01(\x05R\bpageSize\x12\x1d\n" +
 	"\n" +
-	"page_token\x18\x03 \x01(\tR\tpageToken\"\xab\x02\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"\xde\x02\n" +
 	"\fEndpointInfo\x12\x14\n" +
 	"\x05model\x18\x01 \x01(\tR\x05model\x120\n" +
 	"\bendpoint\x18\x02 \x01(\v2\x14.kvindex.v1.EndpointR\bendpoint\x12\x1d\n" +
@@ -784,7 +1047,8 @@ const file_kvindex_v1_index_proto_rawDesc = "" +
 	"\tlast_seen\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\blastSeen\x12\x1d\n" +
 	"\n" +
 	"block_size\x18\a \x01(\rR\tblockSize\x12\x1c\n" +
-	"\tpartition\x18\b \x01(\x05R\tpartition\"\x93\x01\n" +
+	"\tpartition\x18\b \x01(\x05R\tpartition\x121\n" +
+	"\thash_mode\x18\t \x01(\x0e2\x14.kvindex.v1.HashModeR\bhashMode\"\x93\x01\n" +
 	"\x15ListEndpointsResponse\x126\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x18.kvindex.v1.EndpointInfoR\tendpoints\x12\x1a\n" +
 	"\brevision\x18\x02 \x01(\x03R\brevision\x12&\n" +
@@ -793,7 +1057,11 @@ const file_kvindex_v1_index_proto_rawDesc = "" +
 	"\x10TIER_UNSPECIFIED\x10\x00\x12\f\n" +
 	"\bTIER_GPU\x10\x01\x12\f\n" +
 	"\bTIER_CPU\x10\x02\x12\r\n" +
-	"\tTIER_DISK\x10\x032\xa5\x01\n" +
+	"\tTIER_DISK\x10\x03*P\n" +
+	"\bHashMode\x12\x19\n" +
+	"\x15HASH_MODE_UNSPECIFIED\x10\x00\x12\x13\n" +
+	"\x0fHASH_MODE_TOKEN\x10\x01\x12\x14\n" +
+	"\x10HASH_MODE_ENGINE\x10\x022\xa5\x01\n" +
 	"\fIndexService\x12?\n" +
 	"\x06Lookup\x12\x19.kvindex.v1.LookupRequest\x1a\x1a.kvindex.v1.LookupResponse\x12T\n" +
 	"\rListEndpoints\x12 .kvindex.v1.ListEndpointsRequest\x1a!.kvindex.v1.ListEndpointsResponseB7Z5github.com/kvindex/kvindex/proto/kvindex/v1;kvindexv1b\x06proto3"
@@ -810,43 +1078,50 @@ func file_kvindex_v1_index_proto_rawDescGZIP() []byte {
 	return file_kvindex_v1_index_proto_rawDescData
 }
 
-var file_kvindex_v1_index_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_kvindex_v1_index_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_kvindex_v1_index_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_kvindex_v1_index_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_kvindex_v1_index_proto_goTypes = []any{
 	(Tier)(0),                     // 0: kvindex.v1.Tier
-	(*Endpoint)(nil),              // 1: kvindex.v1.Endpoint
-	(*PartitionOffset)(nil),       // 2: kvindex.v1.PartitionOffset
-	(*Barrier)(nil),               // 3: kvindex.v1.Barrier
-	(*LookupRequest)(nil),         // 4: kvindex.v1.LookupRequest
-	(*EndpointMatch)(nil),         // 5: kvindex.v1.EndpointMatch
-	(*LookupResponse)(nil),        // 6: kvindex.v1.LookupResponse
-	(*ListEndpointsRequest)(nil),  // 7: kvindex.v1.ListEndpointsRequest
-	(*EndpointInfo)(nil),          // 8: kvindex.v1.EndpointInfo
-	(*ListEndpointsResponse)(nil), // 9: kvindex.v1.ListEndpointsResponse
-	(*durationpb.Duration)(nil),   // 10: google.protobuf.Duration
-	(*timestamppb.Timestamp)(nil), // 11: google.protobuf.Timestamp
+	(HashMode)(0),                 // 1: kvindex.v1.HashMode
+	(*Endpoint)(nil),              // 2: kvindex.v1.Endpoint
+	(*PartitionOffset)(nil),       // 3: kvindex.v1.PartitionOffset
+	(*Barrier)(nil),               // 4: kvindex.v1.Barrier
+	(*LookupRequest)(nil),         // 5: kvindex.v1.LookupRequest
+	(*TokenPrompt)(nil),           // 6: kvindex.v1.TokenPrompt
+	(*MultiModalItem)(nil),        // 7: kvindex.v1.MultiModalItem
+	(*EndpointMatch)(nil),         // 8: kvindex.v1.EndpointMatch
+	(*LookupResponse)(nil),        // 9: kvindex.v1.LookupResponse
+	(*ListEndpointsRequest)(nil),  // 10: kvindex.v1.ListEndpointsRequest
+	(*EndpointInfo)(nil),          // 11: kvindex.v1.EndpointInfo
+	(*ListEndpointsResponse)(nil), // 12: kvindex.v1.ListEndpointsResponse
+	(*durationpb.Duration)(nil),   // 13: google.protobuf.Duration
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_kvindex_v1_index_proto_depIdxs = []int32{
-	2,  // 0: kvindex.v1.Barrier.records:type_name -> kvindex.v1.PartitionOffset
-	10, // 1: kvindex.v1.Barrier.timeout:type_name -> google.protobuf.Duration
-	1,  // 2: kvindex.v1.LookupRequest.candidates:type_name -> kvindex.v1.Endpoint
-	3,  // 3: kvindex.v1.LookupRequest.barrier:type_name -> kvindex.v1.Barrier
-	1,  // 4: kvindex.v1.EndpointMatch.endpoint:type_name -> kvindex.v1.Endpoint
-	0,  // 5: kvindex.v1.EndpointMatch.tiers:type_name -> kvindex.v1.Tier
-	5,  // 6: kvindex.v1.LookupResponse.matches:type_name -> kvindex.v1.EndpointMatch
-	2,  // 7: kvindex.v1.LookupResponse.applied_offsets:type_name -> kvindex.v1.PartitionOffset
-	1,  // 8: kvindex.v1.EndpointInfo.endpoint:type_name -> kvindex.v1.Endpoint
-	11, // 9: kvindex.v1.EndpointInfo.last_seen:type_name -> google.protobuf.Timestamp
-	8,  // 10: kvindex.v1.ListEndpointsResponse.endpoints:type_name -> kvindex.v1.EndpointInfo
-	4,  // 11: kvindex.v1.IndexService.Lookup:input_type -> kvindex.v1.LookupRequest
-	7,  // 12: kvindex.v1.IndexService.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
-	6,  // 13: kvindex.v1.IndexService.Lookup:output_type -> kvindex.v1.LookupResponse
-	9,  // 14: kvindex.v1.IndexService.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
-	13, // [13:15] is the sub-list for method output_type
-	11, // [11:13] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	3,  // 0: kvindex.v1.Barrier.records:type_name -> kvindex.v1.PartitionOffset
+	13, // 1: kvindex.v1.Barrier.timeout:type_name -> google.protobuf.Duration
+	2,  // 2: kvindex.v1.LookupRequest.candidates:type_name -> kvindex.v1.Endpoint
+	4,  // 3: kvindex.v1.LookupRequest.barrier:type_name -> kvindex.v1.Barrier
+	6,  // 4: kvindex.v1.LookupRequest.tokens:type_name -> kvindex.v1.TokenPrompt
+	7,  // 5: kvindex.v1.TokenPrompt.multimodal_items:type_name -> kvindex.v1.MultiModalItem
+	2,  // 6: kvindex.v1.EndpointMatch.endpoint:type_name -> kvindex.v1.Endpoint
+	0,  // 7: kvindex.v1.EndpointMatch.tiers:type_name -> kvindex.v1.Tier
+	8,  // 8: kvindex.v1.LookupResponse.matches:type_name -> kvindex.v1.EndpointMatch
+	3,  // 9: kvindex.v1.LookupResponse.applied_offsets:type_name -> kvindex.v1.PartitionOffset
+	14, // 10: kvindex.v1.LookupResponse.progress_time:type_name -> google.protobuf.Timestamp
+	2,  // 11: kvindex.v1.EndpointInfo.endpoint:type_name -> kvindex.v1.Endpoint
+	14, // 12: kvindex.v1.EndpointInfo.last_seen:type_name -> google.protobuf.Timestamp
+	1,  // 13: kvindex.v1.EndpointInfo.hash_mode:type_name -> kvindex.v1.HashMode
+	11, // 14: kvindex.v1.ListEndpointsResponse.endpoints:type_name -> kvindex.v1.EndpointInfo
+	5,  // 15: kvindex.v1.IndexService.Lookup:input_type -> kvindex.v1.LookupRequest
+	10, // 16: kvindex.v1.IndexService.ListEndpoints:input_type -> kvindex.v1.ListEndpointsRequest
+	9,  // 17: kvindex.v1.IndexService.Lookup:output_type -> kvindex.v1.LookupResponse
+	12, // 18: kvindex.v1.IndexService.ListEndpoints:output_type -> kvindex.v1.ListEndpointsResponse
+	17, // [17:19] is the sub-list for method output_type
+	15, // [15:17] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_kvindex_v1_index_proto_init() }
@@ -859,8 +1134,8 @@ func file_kvindex_v1_index_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_kvindex_v1_index_proto_rawDesc), len(file_kvindex_v1_index_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   9,
+			NumEnums:      2,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -158,6 +158,9 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := w.endpoint(id, true)
+	if err := w.remapped(ctx, ep); err != nil {
+		return err
+	}
 	w.touch(ep)
 	if h.hasSeq {
 		reason := ""
@@ -188,14 +191,26 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 				return err
 			}
 		}
+		if reason == "incarnation" || reason == "restart" {
+			// A new engine process learns its KV-cache groups afresh.
+			cur.group, cur.groupSet = 0, false
+		}
 		s := seq
 		cur.seq, cur.batchTS = &s, batch.TS
 		if h.incarnation != "" {
 			cur.incarnation = h.incarnation
 		}
 	}
+	if err := w.chooseGroup(ctx, ep, batch.Events); err != nil {
+		return err
+	}
+	otherGroup := 0
 	for i := range batch.Events {
 		ev := &batch.Events[i]
+		if !inGroup(ep, ev) {
+			otherGroup++
+			continue
+		}
 		w.m.events.WithLabelValues(ev.Type.String()).Inc()
 		switch ev.Type {
 		case events.BlockStored:
@@ -213,7 +228,17 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 			if err := w.drop(ctx, ep, "clear", false); err != nil {
 				return err
 			}
+		case events.TierBlocksCleared:
+			if err := w.clearTier(ctx, ep, ev.Tier); err != nil {
+				return err
+			}
 		}
+	}
+	if otherGroup > 0 {
+		// Expected of every hybrid model, so counted and logged at debug
+		// level only, once per record.
+		w.m.skippedEvents.WithLabelValues(events.SkipOtherGroup.String()).Add(float64(otherGroup))
+		w.log.Debug("events of other KV-cache groups skipped", "offset", r.Offset, "endpoint", id.String(), "group", ep.cur.group, "skipped", otherGroup)
 	}
 	return nil
 }
@@ -227,10 +252,17 @@ func (w *worker) control(ctx context.Context, id keyspace.Endpoint, kind string)
 		}
 	case kindResync:
 		if ep := w.eps[id]; ep != nil {
+			if err := w.remapped(ctx, ep); err != nil {
+				return err
+			}
 			return w.drop(ctx, ep, "resync", false)
 		}
 	case kindHeartbeat:
-		w.touch(w.endpoint(id, true))
+		ep := w.endpoint(id, true)
+		if err := w.remapped(ctx, ep); err != nil {
+			return err
+		}
+		w.touch(ep)
 	}
 	return nil
 }

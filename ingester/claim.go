@@ -183,6 +183,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		etcd:      in.cfg.Etcd,
 		keeper:    in.keeper,
 		dec:       events.NewDecoder(in.cfg.Mediums),
+		mediums:   in.cfg.Mediums.Fingerprint(),
 		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
 		claimRev:  claimRev,
 		offsetKey: []byte(in.cfg.Keyspace.OffsetKey(part)),

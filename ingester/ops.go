@@ -18,14 +18,19 @@ type pendingOp struct {
 	opKey
 	del   bool
 	epoch uint32
+	// tierEpoch is the endpoint's epoch of the op's tier when it was
+	// queued: a tier clear voids the tier's ops only.
+	tierEpoch uint32
 	// lease is the lease a put attaches to, assigned when the window is
 	// written (0 until then).
 	lease clientv3.LeaseID
 }
 
-// live reports whether the op still counts: a drop of its endpoint since it
-// was queued voids it.
-func (o *pendingOp) live() bool { return o.epoch == o.ep.epoch }
+// live reports whether the op still counts: a drop of its endpoint, or a
+// clear of its tier, since it was queued voids it.
+func (o *pendingOp) live() bool {
+	return o.epoch == o.ep.epoch && o.tierEpoch == o.ep.tierEpoch[o.tier]
+}
 
 // opSet is a window's ordered set of block operations: the last put or
 // delete per key wins, in the position of the key's first op (so a record's
@@ -43,11 +48,12 @@ func (s *opSet) add(ep *endpoint, t tier.Tier, hash uint64, del bool) {
 	if i, ok := s.idx[k]; ok {
 		s.ops[i].del = del
 		s.ops[i].epoch = ep.epoch
+		s.ops[i].tierEpoch = ep.tierEpoch[t]
 		s.ops[i].lease = 0
 		return
 	}
 	s.idx[k] = int32(len(s.ops))
-	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch})
+	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch, tierEpoch: ep.tierEpoch[t]})
 }
 
 // len is the number of queued ops, voided ones included.

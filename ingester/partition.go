@@ -39,6 +39,8 @@ type worker struct {
 	etcd   *clientv3.Client
 	keeper *keeper
 	dec    *events.Decoder
+	// mediums is the fingerprint of cfg.Mediums (DESIGN v1.1).
+	mediums string
 	// b is the transaction being built (nil while commit has just
 	// launched it); idle are builders free for the next ones, flights the
 	// window's block transactions in flight (oldest first) and failed
@@ -255,6 +257,7 @@ func (w *worker) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 		return ep
 	}
 	ep := newEndpoint(w.cfg.Keyspace, id)
+	ep.cur.mediums = w.mediums
 	w.eps[id] = ep
 	return ep
 }

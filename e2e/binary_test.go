@@ -87,7 +87,7 @@ func TestReplayBinary(t *testing.T) {
 		t.Fatalf("replay exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 
-	src, err := os.ReadFile(fixtures(t)[0])
+	src, err := os.ReadFile(filepath.Join(filepath.Dir(testutil.ScenarioGlob(t)), "p01_shared_prefix.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

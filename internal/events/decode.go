@@ -860,6 +860,9 @@ func (d *Decoder) str(name string) ([]byte, error) { return d.readBytes(name) }
 func (d *Decoder) bin(name string) ([]byte, error) { return d.readBytes(name) }
 
 func (d *Decoder) readBytes(name string) ([]byte, error) {
+	if b, ok := d.rawBytes(); ok {
+		return b, nil
+	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -878,6 +881,39 @@ func (d *Decoder) readBytes(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return b, nil
+}
+
+// rawBytes is readBytes' fast path for the short strings and byte strings
+// events are made of (field names, type tags, mediums, 32-byte digests): a
+// fixstr, str8 or bin8 whose bytes are all in the payload is sliced
+// straight out of it, without the msgpack decoder or a copy. The result
+// aliases the payload, which outlives every caller's use of it (each
+// copies what it keeps). Anything else, a truncated value included, is
+// left to the slow path, which reports it.
+func (d *Decoder) rawBytes() ([]byte, bool) {
+	rest := d.payload[len(d.payload)-d.rd.Len():]
+	if len(rest) == 0 {
+		return nil, false
+	}
+	var n, hdr int
+	switch c := rest[0]; {
+	case msgpcode.IsFixedString(c):
+		n, hdr = int(c&msgpcode.FixedStrMask), 1
+	case c == msgpcode.Str8 || c == msgpcode.Bin8:
+		if len(rest) < 2 {
+			return nil, false
+		}
+		n, hdr = int(rest[1]), 2
+	default:
+		return nil, false
+	}
+	if hdr+n > len(rest) {
+		return nil, false
+	}
+	if _, err := d.rd.Seek(int64(hdr+n), io.SeekCurrent); err != nil {
+		return nil, false
+	}
+	return rest[hdr : hdr+n], true
 }
 
 // skip skips one value of any type, bounding container headers by the

@@ -209,7 +209,7 @@ func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only.
 func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
-	var counts [keyspace.KindIngester + 1]int
+	var counts [keyspace.KindCount]int
 	var bad []badKey
 	for i := 0; i < len(events); {
 		rev := events[i].Kv.ModRevision

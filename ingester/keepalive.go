@@ -8,13 +8,16 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/backoff"
 )
 
-// keeper keeps a set of leases alive over one LeaseKeepAlive stream,
-// renewing each at a third of the TTL (DESIGN "Writes: leases"). Partition
-// workers add the leases of their live endpoints and remove them when an
-// endpoint is dropped or the partition goes; a lease etcd reports expired
-// leaves the set (a later write that needs it re-grants).
+// keeper is the lease manager's keep-alive: it keeps a set of leases alive
+// over one LeaseKeepAlive stream, renewing each at a third of the TTL
+// (DESIGN "Writes: leases"). The manager adds the leases it grants or
+// adopts and removes them when they are revoked or their partition goes; a
+// lease etcd reports expired leaves the set (a later write that needs it
+// re-grants) and closes its watch channel, if any.
 //
 // It uses real time, not Config.Clock: etcd expires leases in real time.
 type keeper struct {
@@ -25,6 +28,9 @@ type keeper struct {
 
 	mu   sync.Mutex
 	refs map[clientv3.LeaseID]int // lease -> number of holders
+	// lost are the watch channels of watched leases, closed (and removed)
+	// when etcd reports the lease expired.
+	lost map[clientv3.LeaseID]chan struct{}
 	// kick is signalled when leases are added, so adopted leases are
 	// renewed at once rather than up to interval later.
 	kick chan struct{}
@@ -37,6 +43,7 @@ func newKeeper(cli *clientv3.Client, ttl time.Duration, log *slog.Logger, m *met
 		log:      log,
 		m:        m,
 		refs:     make(map[clientv3.LeaseID]int),
+		lost:     make(map[clientv3.LeaseID]chan struct{}),
 		kick:     make(chan struct{}, 1),
 	}
 }
@@ -76,6 +83,7 @@ func (k *keeper) remove(ids ...clientv3.LeaseID) {
 		if n, ok := k.refs[id]; ok {
 			if n <= 1 {
 				delete(k.refs, id)
+				delete(k.lost, id)
 			} else {
 				k.refs[id] = n - 1
 			}
@@ -94,10 +102,27 @@ func (k *keeper) snapshot(dst []clientv3.LeaseID) []clientv3.LeaseID {
 	return dst
 }
 
+// watch returns a channel closed when etcd reports id expired while it is
+// kept alive.
+func (k *keeper) watch(id clientv3.LeaseID) <-chan struct{} {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	ch := k.lost[id]
+	if ch == nil {
+		ch = make(chan struct{})
+		k.lost[id] = ch
+	}
+	return ch
+}
+
 func (k *keeper) expired(id clientv3.LeaseID) {
 	k.mu.Lock()
 	_, ok := k.refs[id]
 	delete(k.refs, id)
+	if ch := k.lost[id]; ch != nil {
+		close(ch)
+		delete(k.lost, id)
+	}
 	k.m.leases.Set(float64(len(k.refs)))
 	k.mu.Unlock()
 	if ok {
@@ -108,18 +133,15 @@ func (k *keeper) expired(id clientv3.LeaseID) {
 
 // run renews the leases until ctx ends, reopening the stream after errors.
 func (k *keeper) run(ctx context.Context) error {
-	backoff := 50 * time.Millisecond
+	bo := backoff.New(50*time.Millisecond, max(k.interval/2, 50*time.Millisecond), nil)
 	for ctx.Err() == nil {
 		err := k.stream(ctx)
 		if ctx.Err() != nil {
 			break
 		}
-		k.log.Warn("lease keepalive stream failed; reopening", "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, k.interval/2)
+		d := bo.Next()
+		k.log.Warn("lease keepalive stream failed; reopening", "err", err, "backoff", d)
+		_ = backoff.Sleep(ctx, nil, d)
 	}
 	return nil
 }

@@ -6,6 +6,69 @@ import (
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
+// window is what the apply part has made of the records since the last
+// commit, waiting to be written: coalesced block ops, the range drops
+// they follow, and the endpoints whose records change. The apply part
+// fills it without I/O; commit writes it (drops first, then the leases,
+// then the ops in bounded transactions) and resets it.
+type window struct {
+	ops *opSet
+	// drops are the range drops of the window in the order they were
+	// decided, at most one per endpoint (see drop).
+	drops []dropOp
+	// dirty are the endpoints whose records the commit transaction
+	// writes, in the order they were first touched.
+	dirty []*endpoint
+	// records counts the records applied into the window.
+	records int
+}
+
+// dropOp is a range drop of one endpoint's blocks: every block key it has
+// in etcd, and with deleteRecord (goodbye, expiry, reset, stale) its record
+// and member key too. The endpoint's ops queued before the drop are voided
+// (its epoch moved on); those queued after it are written after it.
+type dropOp struct {
+	ep           *endpoint
+	deleteRecord bool
+}
+
+func newWindow() *window { return &window{ops: newOpSet()} }
+
+// empty reports whether the window holds nothing to write.
+func (w *window) empty() bool {
+	return w.ops.len() == 0 && len(w.drops) == 0 && len(w.dirty) == 0
+}
+
+// markDirty queues ep's record for the window's commit transaction.
+func (w *window) markDirty(ep *endpoint) {
+	if !ep.dirty {
+		ep.dirty = true
+		w.dirty = append(w.dirty, ep)
+	}
+}
+
+// drop queues a range drop of ep. A second drop of ep in one window adds
+// nothing (both delete every block key ep has when the window is written)
+// but may widen the first to deleting the record.
+func (w *window) drop(ep *endpoint, deleteRecord bool) {
+	for k := range w.drops {
+		if w.drops[k].ep == ep {
+			w.drops[k].deleteRecord = w.drops[k].deleteRecord || deleteRecord
+			return
+		}
+	}
+	w.drops = append(w.drops, dropOp{ep: ep, deleteRecord: deleteRecord})
+}
+
+// reset empties the window once it is written, keeping its memory.
+func (w *window) reset() {
+	w.ops.reset()
+	clear(w.drops)
+	w.drops = w.drops[:0]
+	w.dirty = w.dirty[:0]
+	w.records = 0
+}
+
 // opKey names one block key without building it.
 type opKey struct {
 	ep   *endpoint
@@ -18,8 +81,8 @@ type pendingOp struct {
 	opKey
 	del   bool
 	epoch uint32
-	// lease is the lease a put attaches to, assigned when the window is
-	// written (0 until then).
+	// lease is the lease a put attaches to, settled by the lease manager
+	// before the window is packed (0 until then).
 	lease clientv3.LeaseID
 }
 

@@ -1,10 +1,6 @@
 package ingester
 
-import (
-	"context"
-
-	"github.com/kvindex/kvindex/internal/events"
-)
+import "github.com/kvindex/kvindex/internal/events"
 
 // chooseGroup applies the attention-group rule (DESIGN v1.1 "Event wire
 // format", docs/semantics.md) to a batch about to apply to ep: while ep
@@ -12,9 +8,9 @@ import (
 // event order, fixes the group before any of the batch's events apply.
 // Fixing it to another group than 0 drops ep's blocks first (a range-drop
 // barrier, reason group_change). Once fixed it never moves.
-func (w *worker) chooseGroup(ctx context.Context, ep *endpoint, evs []events.Event) error {
+func (a *applier) chooseGroup(ep *endpoint, evs []events.Event) {
 	if ep.cur.groupSet {
-		return nil
+		return
 	}
 	for i := range evs {
 		if !evs[i].Attention() {
@@ -22,14 +18,13 @@ func (w *worker) chooseGroup(ctx context.Context, ep *endpoint, evs []events.Eve
 		}
 		g := evs[i].GroupIdx
 		ep.cur.group, ep.cur.groupSet = g, true
-		w.markDirty(ep)
-		if g == 0 {
-			return nil
+		a.win.markDirty(ep)
+		if g != 0 {
+			a.log.Info("dropping an endpoint's blocks", "reason", dropGroupChange, "endpoint", ep.id.String(), "group", g)
+			a.drop(ep, dropGroupChange, false)
 		}
-		w.log.Info("dropping an endpoint's blocks", "reason", dropGroupChange, "endpoint", ep.id.String(), "group", g)
-		return w.drop(ctx, ep, dropGroupChange, false)
+		return
 	}
-	return nil
 }
 
 // inGroup reports whether a store or removal belongs to the group ep

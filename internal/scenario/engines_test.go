@@ -311,6 +311,10 @@ func tierBlocksCleared(t *testing.T) *engineScenario {
 		"remove h1 from GPU, clear the GPU tier (lower-case gpu), store h0 on CPU again")
 	s.lookup(model, h, "pod-b holds h0 on CPU only",
 		match("pod-a", 0, tier.CPU, tier.CPU), match("pod-b", 0, tier.CPU), match("pod-c", 0, tier.GPU, tier.GPU))
+	s.publish("pod-c", model, -1, enc(t, events.Batch{TS: 1764590408, Events: []events.Event{stored(h, "CPU"), {Type: events.TierBlocksCleared, Medium: "GPU"}, stored(h[:1], "GPU")}}, events.EncodeOptions{Encoding: events.EncodingArray}),
+		"one batch: store h0,h1 on CPU, clear the GPU tier, store h0 on GPU again: the clear voids only what came before it, in its tier")
+	s.lookup(model, h, "pod-c: h0 back on GPU, h1 on CPU",
+		match("pod-a", 0, tier.CPU, tier.CPU), match("pod-b", 0, tier.CPU), match("pod-c", 0, tier.GPU, tier.CPU))
 	return s
 }
 

@@ -39,14 +39,14 @@ import (
 type Server struct {
 	kvindexv1.UnsafeIndexServiceServer
 
-	cfg    Config
-	lis    net.Listener
-	grpc   *grpc.Server
+	cfg  Config
+	lis  net.Listener
+	grpc *grpc.Server
 	// healthLis and healthGRPC serve the plaintext health port; nil
 	// without one.
 	healthLis  net.Listener
 	healthGRPC *grpc.Server
-	health *health.Server
+	health     *health.Server
 	// stopping is cancelled when shutdown begins; it ends health watches.
 	stopping     context.Context
 	stopHealthFn context.CancelFunc

@@ -13,6 +13,8 @@ import (
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/kafkaauth"
+	"github.com/kvindex/kvindex/internal/logging"
 )
 
 // flags are the command's flags beyond the shared ones.
@@ -20,6 +22,7 @@ type flags struct {
 	log   common.Logging
 	etcd  common.Etcd
 	kafka common.Kafka
+	auth  kafkaauth.Config
 	ops   common.Ops
 	// cfg receives the ingester's own flags; run fills in the rest.
 	cfg ingester.Config
@@ -42,6 +45,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.log.Register(fs)
 	f.etcd.Register(fs)
 	f.kafka.Register(fs)
+	f.auth.Register(fs)
 	c := &f.cfg
 	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
@@ -69,6 +73,10 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
+	kopts, err := f.auth.Opts(log)
+	if err != nil {
+		return err
+	}
 	ks, err := f.etcd.Keyspace()
 	if err != nil {
 		return err
@@ -85,6 +93,7 @@ func run(ctx context.Context, f *flags) error {
 	cfg.Keyspace = ks
 	cfg.Brokers = f.kafka.Brokers
 	cfg.Topic = f.kafka.Topic
+	cfg.KafkaOpts = append(cfg.KafkaOpts, kopts...)
 	cfg.Registry = reg
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)
@@ -95,8 +104,9 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ingester starting", "id", cfg.ID, "brokers", f.kafka.Brokers, "topic", f.kafka.Topic, "group", cfg.Group,
-		"etcd", f.etcd.Endpoints, "prefix", ks.Prefix(), "metrics", ops.Addr())
+	log.Info("ingester starting", "id", cfg.ID, "brokers", logging.RedactURLs(f.kafka.Brokers), "topic", f.kafka.Topic, "group", cfg.Group,
+		"kafka_tls", f.auth.TLS(), "kafka_sasl", f.auth.SASLMechanism, "kafka_user", f.auth.SASLUsername,
+		"etcd", f.etcd.RedactedEndpoints(), "etcd_user", f.etcd.Username, "prefix", ks.Prefix(), "metrics", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ops.Run(gctx) })

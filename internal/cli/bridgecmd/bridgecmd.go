@@ -77,6 +77,9 @@ func (f *flags) run(ctx context.Context) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return err
+	}
 	log, err := f.logging.Logger()
 	if err != nil {
 		return err

@@ -69,6 +69,9 @@ func run(ctx context.Context, f *flags) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return err
+	}
 	log, err := f.log.Logger()
 	if err != nil {
 		return err

@@ -100,6 +100,9 @@ func run(ctx context.Context, out io.Writer, f *flags, files []string) error {
 	if err := f.kafkaAuth.Validate(); err != nil {
 		return &exitError{2, err}
 	}
+	if err := (&common.Kafka{Brokers: f.brokers}).ValidateBrokers(); err != nil {
+		return &exitError{2, err}
+	}
 	if f.output != "text" && f.output != "json" {
 		return &exitError{2, fmt.Errorf("--output %q: want text or json", f.output)}
 	}

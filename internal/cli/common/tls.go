@@ -29,7 +29,9 @@ func (s *ServerTLS) Register(fs *pflag.FlagSet) {
 }
 
 // Enabled reports whether TLS is on.
-func (s *ServerTLS) Enabled() bool { return s.CertFile != "" || s.KeyFile != "" || s.ClientCAFile != "" }
+func (s *ServerTLS) Enabled() bool {
+	return s.CertFile != "" || s.KeyFile != "" || s.ClientCAFile != ""
+}
 
 // Config returns the listener's TLS config, or nil for plaintext. It
 // errors for a certificate without its key (or the reverse), a client CA

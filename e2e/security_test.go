@@ -22,10 +22,12 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/etcdembed"
+	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
+	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tlsfiles"
@@ -108,8 +110,9 @@ func writeSecret(t *testing.T, dir, name, value string) string {
 // role and indexd's read-only role, nothing wider), Kafka with mutual
 // TLS, SASL/SCRAM and ACLs (the producer may only produce, the ingester
 // may only consume in its group), and indexd with mutual TLS. Scenario
-// fixtures replayed through it give the answers they expect, and each
-// principal is refused what its role does not cover.
+// fixtures replayed through it give the answers they expect, a real
+// bridge's batches reach the index, and each principal is refused what
+// its role does not cover.
 func TestSecuredPipeline(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, dir, "kvindex")
@@ -288,6 +291,33 @@ func TestSecuredPipeline(t *testing.T) {
 				t.Fatalf("Lookup: %v, want ErrUnavailable", err)
 			}
 		}
+	})
+	t.Run("bridge_produces_over_tls_and_scram", func(t *testing.T) {
+		// A real bridge between a simulated engine and the secured Kafka:
+		// its batches reach the index through the ingester and indexd.
+		eng, err := enginesim.New(enginesim.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer eng.Close()
+		ep := keyspace.Endpoint{Model: "secured-bridge-model", Pod: "default/vllm-secured"}
+		bcfg := bridgeConfig(eng, k.Brokers, ep)
+		bcfg.KafkaOptions = kafkaOpts(kafkaauth.MechanismSCRAMSHA256, "bridge", "bridge-kafka-password")
+		br := startBridge(t, ctx, bcfg, eng, 1, true)
+		defer br.Stop()
+		work := enginesim.NewWorkload(7, workloadConfig)
+		for range 3 {
+			if _, err := eng.Publish(ctx, work.Next().MustEncode()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ingesttest.WaitFor(t, ctx, root, ks.Prefix(), "the bridge's endpoint in indexd", func() bool {
+			list, err := idx.ListEndpoints(ctx, ep.Model)
+			if err != nil {
+				t.Fatalf("ListEndpoints: %v", err)
+			}
+			return len(list.Endpoints) == 1 && list.Endpoints[0].Endpoint.Pod == ep.Pod
+		})
 	})
 	t.Run("ingester_stops_cleanly_on_its_role", func(t *testing.T) {
 		ingRun.stop(t) // fails the test if Run returns an error

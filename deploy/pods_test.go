@@ -26,6 +26,7 @@ var externalSecrets = map[string][]string{
 	"kvindex-etcd-indexd-auth":   {"password"},
 	"kvindex-cluster-ca-cert":    {"ca.crt"},
 	"kvindex-ingester":           {"password"},
+	"kvindex-bridge":             {"password"},
 }
 
 // rootExempt lists containers, by name, allowed to run as root with a

@@ -95,3 +95,36 @@ func TestTLSOverlayProtectsEveryConnection(t *testing.T) {
 	}
 	t.Fatal("no build overlays/prod-tls")
 }
+
+// TestBridgeTLSExample checks examples/vllm-sidecar-tls: the bridge
+// sidecar speaks TLS and SCRAM to Kafka as its own producer user, its
+// password and CA from Secret files (TestSecretsAreFiles checks those).
+func TestBridgeTLSExample(t *testing.T) {
+	want := map[string]string{"kafka-tls-ca-file": "", "kafka-sasl-mechanism": "SCRAM-SHA-512", "kafka-sasl-username": "kvindex-bridge", "kafka-sasl-password-file": ""}
+	for _, b := range okBuilds(t) {
+		if b.Dir != "examples/vllm-sidecar-tls" {
+			continue
+		}
+		kcs, _ := kvContainers(b)
+		bridges := 0
+		for _, k := range kcs {
+			if k.Role != "bridge" {
+				continue
+			}
+			bridges++
+			for flag, value := range want {
+				if got := k.Flags[flag]; got == "" || (value != "" && got != value) {
+					t.Errorf("%s: --%s=%q, want it set (to %q if given)", k, flag, got, value)
+				}
+			}
+			if !strings.HasSuffix(k.Flags["brokers"], ":9093") {
+				t.Errorf("%s: --brokers=%s, want the TLS listener :9093", k, k.Flags["brokers"])
+			}
+		}
+		if bridges == 0 {
+			t.Fatal("examples/vllm-sidecar-tls runs no bridge")
+		}
+		return
+	}
+	t.Fatal("no build examples/vllm-sidecar-tls")
+}

@@ -136,7 +136,7 @@ func TestSecuredPipeline(t *testing.T) {
 	}
 	etcdFlags := func(cn, user, passwordFile string) *common.Etcd {
 		pair := ca.Issue(t, cn)
-		return &common.Etcd{Endpoints: srv.Endpoints(), Prefix: ks.Prefix(), DialTimeout: 5 * time.Second,
+		return &common.Etcd{Endpoints: srv.Endpoints(), Prefix: ks.Prefix(), DialTimeout: 20 * time.Second,
 			CACert: ca.File, Cert: pair.CertFile, Key: pair.KeyFile, Username: user, PasswordFile: passwordFile}
 	}
 	dial := func(f *common.Etcd) *clientv3.Client {

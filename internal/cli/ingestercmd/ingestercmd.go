@@ -16,6 +16,8 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/kafkaauth"
+	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -24,6 +26,7 @@ type flags struct {
 	log   common.Logging
 	etcd  common.Etcd
 	kafka common.Kafka
+	auth  kafkaauth.Config
 	ops   common.Ops
 	// cfg receives the ingester's own flags; run fills in the rest.
 	cfg ingester.Config
@@ -48,6 +51,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.log.Register(fs)
 	f.etcd.Register(fs)
 	f.kafka.Register(fs)
+	f.auth.Register(fs)
 	c := &f.cfg
 	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
@@ -72,7 +76,14 @@ func run(ctx context.Context, f *flags) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return err
+	}
 	log, err := f.log.Logger()
+	if err != nil {
+		return err
+	}
+	kopts, err := f.auth.Opts(log)
 	if err != nil {
 		return err
 	}
@@ -97,6 +108,7 @@ func run(ctx context.Context, f *flags) error {
 	cfg.Keyspace = ks
 	cfg.Brokers = f.kafka.Brokers
 	cfg.Topic = f.kafka.Topic
+	cfg.KafkaOpts = append(cfg.KafkaOpts, kopts...)
 	cfg.Registry = reg
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)
@@ -107,8 +119,9 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ingester starting", "id", cfg.ID, "brokers", f.kafka.Brokers, "topic", f.kafka.Topic, "group", cfg.Group,
-		"etcd", f.etcd.Endpoints, "prefix", ks.Prefix(), "metrics", ops.Addr())
+	log.Info("ingester starting", "id", cfg.ID, "brokers", logging.RedactURLs(f.kafka.Brokers), "topic", f.kafka.Topic, "group", cfg.Group,
+		"kafka_tls", f.auth.TLS(), "kafka_sasl", f.auth.SASLMechanism, "kafka_user", f.auth.SASLUsername,
+		"etcd", f.etcd.RedactedEndpoints(), "etcd_user", f.etcd.Username, "prefix", ks.Prefix(), "metrics", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ops.Run(gctx) })

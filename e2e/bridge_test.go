@@ -32,7 +32,7 @@ import (
 )
 
 // This file runs the bridge in the whole pipeline: a simulated vLLM engine
-// (internal/enginesim: PUB + ROUTER replay sockets, drops on demand,
+// (internal/sim/enginesim: PUB + ROUTER replay sockets, drops on demand,
 // restarts with seq 0) → bridge → kfake → ingester → etcd → indexd →
 // client. Every check is a Lookup (or ListEndpoints) through the client
 // with a read-your-events barrier on the offsets the bridge's records

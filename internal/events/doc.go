@@ -23,6 +23,6 @@
 // Encode and EncodeWith are the inverse: the project's one writer of the
 // wire format, in the variants engines differ in (tagged maps or arrays;
 // unsigned, signed or 32-byte digest hashes; kv_cache_spec_kind or not).
-// Simulators (internal/enginesim), benchmarks and tests build payloads
+// Simulators (internal/sim/enginesim), benchmarks and tests build payloads
 // with it.
 package events

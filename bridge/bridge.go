@@ -92,7 +92,7 @@ func New(cfg Config) (*Bridge, error) {
 		b.replayAddr, _ = dialAddr(cfg.ReplayEndpoint)
 	}
 	var err error
-	b.m, err = newMetrics(cfg.Registerer,
+	b.m, err = newMetrics(cfg.Registry,
 		func() float64 {
 			if cl := b.client.Load(); cl != nil {
 				return float64(cl.BufferedProduceRecords())

@@ -87,7 +87,7 @@ func (e *env) config(mod func(*bridge.Config)) bridge.Config {
 	cfg.ReconnectBackoff = 10 * time.Millisecond
 	cfg.MaxReconnectBackoff = 50 * time.Millisecond
 	cfg.ReplayTimeout = 2 * time.Second
-	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Registry = prometheus.NewRegistry()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -264,7 +264,7 @@ func describe(rs []bridgetest.Record) string {
 // labels (name=value pairs).
 func metric(t testing.TB, cfg bridge.Config, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := cfg.Registerer.(*prometheus.Registry).Gather()
+	mfs, err := cfg.Registry.(*prometheus.Registry).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

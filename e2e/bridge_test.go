@@ -188,7 +188,7 @@ func bridgeConfig(e *enginesim.Engine, brokers []string, ep keyspace.Endpoint) b
 	cfg.ProbeFailures = 3
 	cfg.ReconnectBackoff = 10 * time.Millisecond
 	cfg.MaxReconnectBackoff = 100 * time.Millisecond
-	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Registry = prometheus.NewRegistry()
 	return cfg
 }
 
@@ -252,7 +252,7 @@ func checkMetrics(t *testing.T, cfg bridge.Config, want map[string]float64) {
 	for k := range want {
 		name, labels, _ := strings.Cut(strings.TrimSuffix(k, "}"), "{")
 		label, value, _ := strings.Cut(labels, "=")
-		got[k] = metricValue(t, cfg.Registerer.(prometheus.Gatherer), name, label, value)
+		got[k] = metricValue(t, cfg.Registry.(prometheus.Gatherer), name, label, value)
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("bridge metrics (-want +got):\n%s", d)

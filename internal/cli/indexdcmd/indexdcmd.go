@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // NewCommand returns `kvindex indexd`.
@@ -73,7 +74,7 @@ number of replicas; they share nothing but etcd.`,
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
 	ops.Register(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
 	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
@@ -90,9 +91,9 @@ number of replicas; they share nothing but etcd.`,
 	return cmd
 }
 
-// positiveFlags are the flags whose zero or negative value is refused:
-// indexd.Config reads zero as "the default", a flag value must mean what
-// it says.
+// positiveFlags are the flags whose zero or negative value is refused
+// before indexd.Config.Validate would refuse it, so the error names the
+// flag.
 var positiveFlags = []string{
 	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",

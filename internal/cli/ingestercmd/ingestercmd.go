@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // flags are the command's flags beyond the shared ones.
@@ -43,7 +44,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.etcd.Register(fs)
 	f.kafka.Register(fs)
 	c := &f.cfg
-	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
+	fs.StringVar(&c.Group, "group", contract.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")

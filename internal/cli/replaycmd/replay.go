@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/replay"
@@ -72,7 +73,7 @@ already hold the scenarios' models.`,
 	f.log.Register(fs)
 	fs.StringSliceVar(&f.brokers, "brokers", nil, "Kafka seed brokers of a running deployment (with --index)")
 	fs.StringVar(&f.index, "index", "", "indexd address of a running deployment (with --brokers)")
-	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic the deployment's ingesters consume")
+	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic the deployment's ingesters consume")
 	fs.DurationVar(&f.barrierTimeout, "barrier-timeout", replay.DefaultBarrierTimeout, "how long a lookup step waits for the records before it")
 	fs.StringVarP(&f.output, "output", "o", "text", "output: text or json (one object per file)")
 	return cmd

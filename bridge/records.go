@@ -65,7 +65,8 @@ func (b *Bridge) controlRecord(kind string) *kgo.Record {
 	}
 }
 
-// recordKind names a record for metrics: its kind, or "batch".
+// recordKind names a record for metrics: its kind, or "batch" (the
+// label values newMetrics starts at 0).
 func recordKind(r *kgo.Record) string {
 	for _, h := range r.Headers {
 		if h.Key == HeaderKind {

@@ -219,7 +219,8 @@ func waitLive(t *testing.T, ctx context.Context, r *bridgetest.Running, e *engin
 }
 
 // metricValue sums the counters of metric name in reg whose label label
-// (if given) has value value.
+// (if given) has value value. It fails the test when no sample matches:
+// a renamed metric or label value must not read as 0.
 func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -227,6 +228,7 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value strin
 		t.Fatal(err)
 	}
 	var sum float64
+	matched := 0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -237,9 +239,13 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value strin
 				ok = ok || (lp.GetName() == label && lp.GetValue() == value)
 			}
 			if ok {
+				matched++
 				sum += m.GetCounter().GetValue()
 			}
 		}
+	}
+	if matched == 0 {
+		t.Fatalf("no sample of metric %s with %s=%q", name, label, value)
 	}
 	return sum
 }

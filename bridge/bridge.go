@@ -332,7 +332,7 @@ func (b *Bridge) recvLoop(ctx context.Context, c *zconn, in chan<- inEvent) erro
 	for {
 		m, err := c.recv()
 		if err != nil {
-			if errors.Is(err, ErrMessageTooLarge) {
+			if errors.Is(err, errMessageTooLarge) {
 				b.m.skipped.WithLabelValues(skipTooLarge).Inc()
 				b.log.Warn("engine message over the size limit, dropping the connection", "err", err)
 			}

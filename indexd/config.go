@@ -47,7 +47,7 @@ const (
 	// that many endpoints with the longest names keyspace allows (a
 	// 512-byte model and pod) and the largest counts encode to under
 	// 4 MiB, gRPC's default receive limit, so every page reaches a client
-	// that kept the default (maxEndpointInfoBytes, checked by a test).
+	// that kept the default (TestListPageSizeLimitFits checks it).
 	ListPageSizeLimit = 3500
 )
 

@@ -3,8 +3,10 @@
 // the indexd replicas (New), hash the prompt's tokens into vLLM's block
 // hashes (Hasher), Lookup, and turn the matches into scores (Score).
 //
-// It depends only on gRPC, protobuf and kvindex's generated API: a router
-// that imports it pulls in no etcd, Kafka or Prometheus code.
+// It is a module of its own (github.com/kvindex/kvindex/client) and
+// depends only on gRPC, protobuf, CBOR (for the hashing) and kvindex's
+// generated API: a router that requires it gets no etcd, Kafka,
+// Kubernetes or Prometheus module.
 //
 // # Consistency contract
 //

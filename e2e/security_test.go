@@ -21,6 +21,7 @@ import (
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
@@ -171,7 +172,7 @@ func TestSecuredPipeline(t *testing.T) {
 			kafkaACLs(map[kmsg.ACLResourceType][]kmsg.ACLOperation{
 				topicOps:                  {kmsg.ACLOperationRead, kmsg.ACLOperationDescribe},
 				kmsg.ACLResourceTypeGroup: {kmsg.ACLOperationRead, kmsg.ACLOperationDescribe},
-			}, common.DefaultGroup)...),
+			}, contract.DefaultGroup)...),
 	)
 	kafkaClient := ca.Issue(t, "kafka-client")
 	kafkaOpts := func(mech, user, password string) []kgo.Opt {
@@ -190,7 +191,7 @@ func TestSecuredPipeline(t *testing.T) {
 	icfg := ingester.DefaultConfig()
 	icfg.Etcd, icfg.Keyspace, icfg.Brokers, icfg.Topic, icfg.ID = ingesterEtcd, ks, k.Brokers, topic, "secured-0"
 	icfg.SessionTimeout, icfg.RebalanceTimeout, icfg.LeaseTTL, icfg.LivenessWindow = 2*time.Second, 3*time.Second, 30*time.Second, time.Hour
-	icfg.KafkaOpts = kafkaOpts(kafkaauth.MechanismSCRAMSHA512, "ingester", "ingester-kafka-password")
+	icfg.KafkaOptions = kafkaOpts(kafkaauth.MechanismSCRAMSHA512, "ingester", "ingester-kafka-password")
 	ing, err := ingester.New(icfg)
 	if err != nil {
 		t.Fatal(err)

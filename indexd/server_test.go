@@ -364,7 +364,11 @@ func TestConfigValidate(t *testing.T) {
 		ok   bool
 	}{
 		{name: "defaults", mod: func(*Config) {}, ok: true},
-		{name: "zero_values_take_defaults", mod: func(c *Config) { *c = Config{Etcd: c.Etcd} }, ok: true},
+		{name: "zero_values_are_invalid", mod: func(c *Config) { *c = Config{Etcd: c.Etcd} }},
+		{name: "zero_limit", mod: func(c *Config) { c.MaxCandidates = 0 }},
+		{name: "zero_duration", mod: func(c *Config) { c.ShutdownGrace = 0 }},
+		{name: "no_listen_addr", mod: func(c *Config) { c.ListenAddr = "" }},
+		{name: "zero_keyspace_is_the_default", mod: func(c *Config) { c.Keyspace = keyspace.Keyspace{} }, ok: true},
 		{name: "no_etcd", mod: func(c *Config) { c.Etcd = nil }},
 		{name: "negative_limit", mod: func(c *Config) { c.MaxHashes = -1 }},
 		{name: "backoff_out_of_order", mod: func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond }},

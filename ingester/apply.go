@@ -8,23 +8,24 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // Record header names and values (DESIGN "Kafka record contract").
 const (
-	headerModel       = "model"
-	headerKind        = "kind"
-	headerDPRank      = "dp_rank"
-	headerSeq         = "seq"
-	headerIncarnation = "incarnation"
-	headerFormat      = "format"
+	headerModel       = contract.HeaderModel
+	headerKind        = contract.HeaderKind
+	headerDPRank      = contract.HeaderDPRank
+	headerSeq         = contract.HeaderSeq
+	headerIncarnation = contract.HeaderIncarnation
+	headerFormat      = contract.HeaderFormat
 
-	formatVLLM    = "vllm-msgpack"
-	kindHeartbeat = "heartbeat"
-	kindGoodbye   = "goodbye"
-	kindResync    = "resync"
+	formatVLLM    = contract.FormatVLLM
+	kindHeartbeat = contract.KindHeartbeat
+	kindGoodbye   = contract.KindGoodbye
+	kindResync    = contract.KindResync
 )
 
 // Skip reasons of whole records: the metric labels of docs/semantics.md.

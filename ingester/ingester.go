@@ -159,7 +159,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 		// own component instead of the ingester's.
 		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
-	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
+	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOptions...)...)
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}

@@ -36,6 +36,6 @@
 // wire format, in the variants engines differ in (array or map batches;
 // tagged maps or arrays; unsigned, signed or 32-byte digest hashes;
 // kv_cache_spec_kind or not).
-// Simulators (internal/enginesim), benchmarks and tests build payloads
+// Simulators (internal/sim/enginesim), benchmarks and tests build payloads
 // with it.
 package events

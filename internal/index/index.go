@@ -221,7 +221,7 @@ func (ix *Index) putBlock(key string) error {
 
 // Put makes (hash, ep, t) present, as ApplyPut of ep's block key would,
 // without building or parsing a key: for building an index from known
-// entries (the benchmarks in internal/bench build millions). It errors for
+// entries (the benchmarks in internal/sim/bench build millions). It errors for
 // an invalid endpoint (keyspace.ErrMalformedKey) or tier, or with ErrFull.
 // Call it inside Write (or on an index not shared yet).
 func (ix *Index) Put(ep keyspace.Endpoint, t tier.Tier, hash uint64) error {

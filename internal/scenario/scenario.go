@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // ErrMalformed is wrapped by every error about a scenario file's content.
@@ -198,7 +200,7 @@ func parseStep(n int, l *line) (Step, error) {
 		if l.Key == nil || l.ValueB64 == nil {
 			return Step{}, fmt.Errorf("%w: line %d: publish needs key and value_b64", ErrMalformed, n)
 		}
-		if l.Headers["model"] == "" {
+		if l.Headers[contract.HeaderModel] == "" {
 			return Step{}, fmt.Errorf("%w: line %d: publish needs a model header", ErrMalformed, n)
 		}
 		v, err := base64.StdEncoding.DecodeString(*l.ValueB64)

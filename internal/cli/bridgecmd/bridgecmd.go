@@ -102,7 +102,7 @@ func (f *flags) run(ctx context.Context) error {
 		}
 	}
 	reg := common.NewRegistry()
-	cfg.Registerer = reg
+	cfg.Registry = reg
 	cfg.Logger = log.With("component", "bridge")
 	b, err := bridge.New(cfg)
 	if err != nil {

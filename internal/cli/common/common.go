@@ -1,7 +1,8 @@
 // Package common holds the flags and wiring every kvindex subcommand shares,
 // so a flag has one name, one default and one meaning everywhere: logging,
-// etcd, Kafka and the default addresses `kvindex standalone` listens on
-// (which the operator commands dial when given no address).
+// etcd, Kafka and the ops server. The default addresses `kvindex
+// standalone` listens on, which the operator commands dial when given no
+// address, are internal/contract's.
 package common
 
 import (
@@ -19,21 +20,10 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/opsserver"
-)
-
-// Default addresses. `kvindex standalone` listens on them, and the client
-// commands (lookup, endpoints, replay, bridge) dial them by default, so a
-// user who runs both with no flags gets a working pair.
-const (
-	DefaultEtcdEndpoint = "http://127.0.0.1:2379"
-	DefaultBrokers      = "127.0.0.1:9092"
-	DefaultTopic        = "kvindex-events"
-	DefaultGroup        = "kvindex-ingester"
-	DefaultGRPCAddr     = "127.0.0.1:50051"
-	DefaultMetricsAddr  = "127.0.0.1:9090"
 )
 
 // Logging holds --log-level and --log-format.
@@ -74,7 +64,7 @@ type Etcd struct {
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
 func (e *Etcd) Register(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
+	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{contract.DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
 	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down)")
 	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
@@ -204,7 +194,7 @@ type Ops struct {
 
 // Register adds --metrics-listen and --pprof to fs.
 func (o *Ops) Register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "metrics-listen", DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
+	fs.StringVar(&o.Listen, "metrics-listen", contract.DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-listen")
 }
 
@@ -234,6 +224,6 @@ type Kafka struct {
 
 // Register adds --brokers and --topic to fs.
 func (k *Kafka) Register(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&k.Brokers, "brokers", []string{DefaultBrokers}, "Kafka seed brokers, comma separated host:port")
-	fs.StringVar(&k.Topic, "topic", DefaultTopic, "Kafka topic of KV event records")
+	fs.StringSliceVar(&k.Brokers, "brokers", []string{contract.DefaultKafkaAddr}, "Kafka seed brokers, comma separated host:port")
+	fs.StringVar(&k.Topic, "topic", contract.DefaultTopic, "Kafka topic of KV event records")
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // NewCommand returns `kvindex indexd`.
@@ -97,7 +98,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
 	ops.Register(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
 	tlsFlags.Register(fs)
 	fs.BoolVar(&reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (grpcurl without a .proto)")
 	fs.StringVar(&healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
@@ -117,9 +118,9 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 	return cmd
 }
 
-// positiveFlags are the flags whose zero or negative value is refused:
-// indexd.Config reads zero as "the default", a flag value must mean what
-// it says.
+// positiveFlags are the flags whose zero or negative value is refused
+// before indexd.Config.Validate would refuse it, so the error names the
+// flag.
 var positiveFlags = []string{
 	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",

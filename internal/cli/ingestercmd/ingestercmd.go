@@ -15,6 +15,7 @@ import (
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -53,7 +54,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.kafka.Register(fs)
 	f.auth.Register(fs)
 	c := &f.cfg
-	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
+	fs.StringVar(&c.Group, "group", contract.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
@@ -108,7 +109,7 @@ func run(ctx context.Context, f *flags) error {
 	cfg.Keyspace = ks
 	cfg.Brokers = f.kafka.Brokers
 	cfg.Topic = f.kafka.Topic
-	cfg.KafkaOpts = append(cfg.KafkaOpts, kopts...)
+	cfg.KafkaOptions = append(cfg.KafkaOptions, kopts...)
 	cfg.Registry = reg
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)

@@ -23,6 +23,7 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // errUsage marks bad command-line input.
@@ -41,7 +42,7 @@ type conn struct {
 }
 
 func (c *conn) register(fs *pflag.FlagSet, what string) {
-	fs.StringVar(&c.index, "index", common.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
+	fs.StringVar(&c.index, "index", contract.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
 	fs.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of "+what)
 	c.tls.Register(fs)

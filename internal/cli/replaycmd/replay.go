@@ -20,6 +20,7 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -76,7 +77,7 @@ already hold the scenarios' models; the --kafka-tls-*, --kafka-sasl-* and
 	f.log.Register(fs)
 	fs.StringSliceVar(&f.brokers, "brokers", nil, "Kafka seed brokers of a running deployment (with --index)")
 	fs.StringVar(&f.index, "index", "", "indexd address of a running deployment (with --brokers)")
-	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic the deployment's ingesters consume")
+	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic the deployment's ingesters consume")
 	fs.DurationVar(&f.barrierTimeout, "barrier-timeout", replay.DefaultBarrierTimeout, "how long a lookup step waits for the records before it")
 	fs.StringVarP(&f.output, "output", "o", "text", "output: text or json (one object per file)")
 	f.kafkaAuth.Register(fs)

@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/stack"
 )
 
@@ -69,13 +70,13 @@ listener over TLS or mutual TLS, as indexd does.`,
 	fs.Lookup("log-level").DefValue = "warn"
 	f.log.Level = "warn"
 	fs.StringVar(&f.dataDir, "data-dir", "./kvindex-data", "directory for etcd's data and the Kafka log (kept across restarts)")
-	fs.StringVar(&f.etcdAddr, "etcd-listen", stack.DefaultEtcdAddr, "etcd client host:port")
-	fs.StringVar(&f.kafkaAddr, "kafka-listen", stack.DefaultKafkaAddr, "Kafka broker host:port")
-	fs.StringVar(&f.grpcAddr, "listen", stack.DefaultGRPCAddr, "indexd gRPC host:port")
+	fs.StringVar(&f.etcdAddr, "etcd-listen", contract.DefaultEtcdAddr, "etcd client host:port")
+	fs.StringVar(&f.kafkaAddr, "kafka-listen", contract.DefaultKafkaAddr, "Kafka broker host:port")
+	fs.StringVar(&f.grpcAddr, "listen", contract.DefaultGRPCAddr, "indexd gRPC host:port")
 	f.tls.Register(fs)
 	fs.BoolVar(&f.reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen")
-	fs.StringVar(&f.metricsAddr, "metrics-listen", stack.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
-	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
+	fs.StringVar(&f.metricsAddr, "metrics-listen", contract.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
+	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
 	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
 	return cmd

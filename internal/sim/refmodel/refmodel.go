@@ -11,6 +11,8 @@
 //
 // It is deliberately written independently of the ingester: it shares only
 // the wire decoder (internal/events) and the key types (internal/keyspace).
+//
+// Not production code (internal/sim): only tests and benchmarks import it.
 package refmodel
 
 import (

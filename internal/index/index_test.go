@@ -392,7 +392,9 @@ func TestIndexTokenGroupsFollowRecords(t *testing.T) {
 		{func() { put(ix, keyspace.HashModeToken, 16) }, 16},
 		{func() { ix.Write(1, func() { _, _ = ix.ApplyPut(ks.EndpointKey(a), []byte("{")) }) }, 0},
 		{func() { put(ix, keyspace.HashModeToken, 32) }, 32},
-		{func() { mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(a)) }) }, 0},
+		{func() {
+			mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(a)) })
+		}, 0},
 	} {
 		step.do()
 		got, err := lookupTokensCopy(ix, "m", keys, nil)

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -459,4 +460,46 @@ func BenchmarkTokenKeys(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// FuzzTokenKeys keys arbitrary prompts (token ids, LoRA name, salt, one
+// multimodal item, block size from the input) and arbitrary extra_keys
+// shapes: nothing may panic, TokenKeys has one key per full block and
+// equals the block-by-block chain of TokenBlockKey over TokenBlockExtras.
+func FuzzTokenKeys(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0, 4, 0, 0, 0}, uint8(2), "sql-lora", "salt", "img", 1, 2)
+	f.Add([]byte{}, uint8(0), "", "", "", 0, 0)
+	f.Add(make([]byte, 400), uint8(16), "", "", "x", -3, 40)
+	f.Fuzz(func(t *testing.T, raw []byte, bs uint8, lora, salt, mmHash string, mmOff, mmLen int) {
+		toks := make([]uint32, len(raw)/4)
+		for i := range toks {
+			toks[i] = binary.LittleEndian.Uint32(raw[4*i:])
+		}
+		p := TokenPrompt{TokenIDs: toks, LoRAName: lora, CacheSalt: salt}
+		if mmHash != "" {
+			p.MultiModal = []MultiModalItem{{Hash: mmHash, Offset: mmOff % 1000, Length: mmLen % 1000}}
+		}
+		size := int(bs)
+		keys := TokenKeys(p, size)
+		if size <= 0 {
+			if len(keys) != 0 {
+				t.Fatalf("block size %d gave %d keys", size, len(keys))
+			}
+			return
+		}
+		if len(keys) != len(toks)/size {
+			t.Fatalf("%d tokens at block size %d gave %d keys", len(toks), size, len(keys))
+		}
+		parent := TokenKeyRoot
+		for blk, k := range keys {
+			parent = TokenBlockKey(parent, toks[blk*size:(blk+1)*size], TokenBlockExtras(p, size, blk))
+			if parent != k {
+				t.Fatalf("block %d: TokenKeys %016x, block by block %016x", blk, k, parent)
+			}
+		}
+		// The same bytes as an extra_keys entry must map without a panic.
+		if _, err := EventExtras([]any{lora, []byte(salt), []any{mmHash, int64(mmOff)}}); err != nil && utf8.ValidString(lora) && utf8.ValidString(mmHash) {
+			t.Fatalf("EventExtras of a keyable entry: %v", err)
+		}
+	})
 }

@@ -19,8 +19,10 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// tokenVectorPath is where scripts/gen_token_vectors.py writes the
-// vectors, inside this module (tests run in this package's directory).
+// tokenVectorPath is the module's link to the vectors
+// scripts/gen_token_vectors.py writes to the repository's
+// testdata/fixtures/hashing/token_keys.json (tests run in this package's
+// directory).
 var tokenVectorPath = filepath.Join("testdata", "hashing", "token_keys.json")
 
 // jsonExtra is an extra as the vector file spells it.

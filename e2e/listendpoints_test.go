@@ -95,8 +95,8 @@ func TestListEndpointsManyLongNames(t *testing.T) {
 		pod := fmt.Sprintf("pod-%06d-", i)
 		pod += strings.Repeat("x", podLen-len(pod))
 		ep := keyspace.Endpoint{Model: modelFor(i), Pod: pod}
-		want = append(want, client.EndpointInfo{Model: ep.Model, Endpoint: client.Endpoint{Pod: pod}, BlockSize: 16, Partition: 3})
-		encoded += proto.Size(&kvindexv1.EndpointInfo{Model: ep.Model, Endpoint: &kvindexv1.Endpoint{Pod: pod}, BlockSize: 16, Partition: 3})
+		want = append(want, client.EndpointInfo{Model: ep.Model, Endpoint: client.Endpoint{Pod: pod}, BlockSize: 16, Partition: 3, HashMode: client.HashModeEngine})
+		encoded += proto.Size(&kvindexv1.EndpointInfo{Model: ep.Model, Endpoint: &kvindexv1.Endpoint{Pod: pod}, BlockSize: 16, Partition: 3, HashMode: kvindexv1.HashMode_HASH_MODE_ENGINE})
 		ops = append(ops, clientv3.OpPut(ks.EndpointKey(ep), string(rec)))
 		if len(ops) == 128 || i == n-1 {
 			resp, err := e.Client.Txn(ctx).Then(ops...).Commit()

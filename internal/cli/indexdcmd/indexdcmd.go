@@ -103,6 +103,9 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 	fs.BoolVar(&reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (grpcurl without a .proto)")
 	fs.StringVar(&healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
+	fs.IntVar(&cfg.MaxMultiModalItems, "max-multimodal-items", indexd.DefaultMaxMultiModalItems, "most multimodal items one token Lookup may carry")
+	fs.IntVar(&cfg.MaxExtraBytes, "max-extra-bytes", indexd.DefaultMaxExtraBytes, "longest LoRA name, cache salt or multimodal item hash of a token Lookup, in bytes")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
 	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
@@ -122,7 +125,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 // before indexd.Config.Validate would refuse it, so the error names the
 // flag.
 var positiveFlags = []string{
-	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
+	"max-hashes", "max-tokens", "max-multimodal-items", "max-extra-bytes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 }

@@ -221,7 +221,11 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 	}
 	fmt.Fprintf(out, "FAIL %s (%s)\n", res.Scenario, s.Path)
 	for _, m := range res.Mismatches {
-		fmt.Fprintf(out, "  line %d: lookup %s of %d hashes", m.Line, m.Model, len(m.Hashes))
+		if m.Tokens != nil {
+			fmt.Fprintf(out, "  line %d: lookup %s of %d tokens (block size %d)", m.Line, m.Model, len(m.Tokens.TokenIDs), m.Tokens.BlockSize)
+		} else {
+			fmt.Fprintf(out, "  line %d: lookup %s of %d hashes", m.Line, m.Model, len(m.Hashes))
+		}
 		if m.Describe != "" {
 			fmt.Fprintf(out, " (%s)", m.Describe)
 		}

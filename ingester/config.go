@@ -79,9 +79,11 @@ type Config struct {
 	// DefaultMaxTxnsInFlight; at least 1.
 	MaxTxnsInFlight int
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
-	// queued for one partition's worker; the consume loop waits for the
-	// worker beyond it, which holds up every partition of this member.
-	// Default DefaultQueueBytes (16 MiB); at least 64 KiB.
+	// queued for one partition's worker. Beyond it the consume loop pauses
+	// fetching that partition and holds what it already fetched for it
+	// (what was in flight when it paused) until the worker catches up; the
+	// member's other partitions go on. Default DefaultQueueBytes (16 MiB);
+	// at least 64 KiB.
 	QueueBytes int
 
 	// LeaseTTL is the TTL of every lease the ingester grants, a whole

@@ -64,7 +64,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.MaxTxnBytes, "max-txn-bytes", c.MaxTxnBytes, "most encoded bytes in one etcd transaction (under etcd's --max-request-bytes)")
 	fs.IntVar(&c.WindowRecords, "window-records", c.WindowRecords, "most records coalesced into one batch window")
 	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")
-	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before consuming waits")
+	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before fetching that partition pauses")
 	fs.IntVar(&c.MaxTxnsInFlight, "max-txns-in-flight", c.MaxTxnsInFlight, "most block transactions of one partition's window sent without waiting for each other")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most block keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.DropPageSize, "drop-page-size", c.DropPageSize, "most keys one guarded range delete removes")

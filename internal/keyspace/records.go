@@ -14,9 +14,10 @@ type HashMode string
 
 // The hash modes (DESIGN "Hashing").
 const (
-	// HashModeEngine keys blocks by the engine's own block hash (default).
+	// HashModeEngine keys blocks by the engine's own block hash.
 	HashModeEngine HashMode = "engine"
-	// HashModeToken keys blocks by a hash kvindex recomputes from token ids.
+	// HashModeToken keys blocks by kvindex's canonical key, computed from
+	// token ids (the ingester's default from v1.1).
 	HashModeToken HashMode = "token"
 )
 
@@ -61,7 +62,9 @@ type EndpointRecord struct {
 	// BlockSize is the engine's block size in tokens from its last
 	// BlockStored that carried a non-zero one; 0 when unknown.
 	BlockSize uint32 `json:"block_size,omitempty"`
-	// HashMode says what the block keys' hash segment is.
+	// HashMode says what the block keys' hash segment is. Records written
+	// before v1.1 have none; they decode as HashModeEngine, the only mode
+	// there was.
 	HashMode HashMode `json:"hash_mode"`
 	// Seq is the engine sequence number (the record's "seq" header) of the
 	// last applied batch record; nil when the endpoint's records carried
@@ -108,6 +111,9 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	if err := json.Unmarshal(v, &r); err != nil {
 		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
 	}
+	if r.HashMode == "" {
+		r.HashMode = HashModeEngine // written before v1.1
+	}
 	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
 		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
 	}
@@ -149,6 +155,9 @@ func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
 	var r endpointMetaJSON
 	if err := json.Unmarshal(v, &r); err != nil {
 		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
+	}
+	if r.HashMode == "" {
+		r.HashMode = HashModeEngine // written before v1.1
 	}
 	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
 		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)

@@ -295,6 +295,8 @@ func fieldName(key []byte) string {
 		return "medium"
 	case "lora_name":
 		return "lora_name"
+	case "extra_keys":
+		return "extra_keys"
 	case "group_idx":
 		return "group_idx"
 	}
@@ -360,6 +362,8 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		m, err := d.optStr(s, name)
 		s.ev.LoraName = m
 		return err
+	case "extra_keys":
+		return d.extraKeys(s, name)
 	case "group_idx":
 		c, err := d.dec.PeekCode()
 		if err != nil {
@@ -413,6 +417,7 @@ func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
 	if s.ev.Type == BlockRemoved {
 		// Only the hashes, medium and tier belong to a removal.
 		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName = 0, false, nil, 0, ""
+		s.ev.ExtraKeys, s.ev.HasExtraKeys, s.ev.ExtraKeysLen, s.ev.BadExtraKeys = nil, false, 0, ""
 	}
 	return s.ev, nil, nil
 }

@@ -157,7 +157,7 @@ func TestFixtureSpecialPayloads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU}}
+		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU, HasExtraKeys: true, ExtraKeysLen: 2}}
 		if diff := cmp.Diff(want, b.Events, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".TokenIDs" }, cmp.Ignore())); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}

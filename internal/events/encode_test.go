@@ -25,6 +25,9 @@ var roundTripBatch = Batch{
 		{Type: BlockRemoved, Index: 2, BlockHashes: []uint64{1, 1 << 63}, Medium: "Disk", Tier: tier.Disk},
 		{Type: AllBlocksCleared, Index: 3},
 		{Type: BlockStored, Index: 4, BlockHashes: []uint64{}, Tier: tier.GPU},
+		{Type: BlockStored, Index: 5, BlockHashes: []uint64{4, 5}, TokenIDs: []int64{1, 2}, BlockSize: 1, Tier: tier.GPU,
+			HasExtraKeys: true, ExtraKeysLen: 2, ExtraKeys: [][]Extra{{{Kind: ExtraString, Data: []byte("l")}, {Kind: ExtraBytes, Data: []byte{1}}, {Kind: ExtraInt, Int: -2}}, nil}},
+		{Type: BlockStored, Index: 6, BlockHashes: []uint64{6}, TokenIDs: []int64{1}, BlockSize: 1, Tier: tier.GPU, HasExtraKeys: true, ExtraKeysLen: 1},
 	},
 }
 

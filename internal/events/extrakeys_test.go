@@ -1,0 +1,99 @@
+package events
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+func TestExtraKeys(t *testing.T) {
+	stored := func(extra any) map[string]any {
+		return map[string]any{"type": "BlockStored", "block_hashes": []any{uint64(1), uint64(2)}, "token_ids": []int{1, 2}, "block_size": 1, "medium": "GPU", "extra_keys": extra}
+	}
+	base := Event{Type: BlockStored, BlockHashes: []uint64{1, 2}, TokenIDs: []int64{1, 2}, BlockSize: 1, Medium: "GPU", Tier: tier.GPU}
+	with := func(f func(*Event)) Event { e := base; f(&e); return e }
+	tests := []struct {
+		name  string
+		event any
+		want  Event
+	}{
+		{name: "nil", event: stored(nil), want: base},
+		{name: "all_blocks_nil", event: stored([]any{nil, nil}), want: with(func(e *Event) { e.HasExtraKeys, e.ExtraKeysLen = true, 2 })},
+		{
+			name:  "str_bin_int_in_order",
+			event: stored([]any{[]any{"lora-a", "salt"}, []any{[]byte{7, 8}, -3, uint64(1) << 40}}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{
+					{{Kind: ExtraString, Data: []byte("lora-a")}, {Kind: ExtraString, Data: []byte("salt")}},
+					{{Kind: ExtraBytes, Data: []byte{7, 8}}, {Kind: ExtraInt, Int: -3}, {Kind: ExtraInt, Int: 1 << 40}},
+				}
+			}),
+		},
+		{
+			name:  "nil_then_keys",
+			event: stored([]any{nil, []any{"mm-hash"}}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{nil, {{Kind: ExtraString, Data: []byte("mm-hash")}}}
+			}),
+		},
+		{
+			name:  "array_encoded_event",
+			event: []any{"BlockStored", []any{uint64(1)}, nil, []int{1}, 1, nil, "GPU", "lora-a", []any{[]any{"lora-a"}}},
+			want: Event{Type: BlockStored, BlockHashes: []uint64{1}, TokenIDs: []int64{1}, BlockSize: 1, Medium: "GPU", Tier: tier.GPU, LoraName: "lora-a",
+				HasExtraKeys: true, ExtraKeysLen: 1, ExtraKeys: [][]Extra{{{Kind: ExtraString, Data: []byte("lora-a")}}}},
+		},
+		{
+			// Unreadable extra keys leave the event valid (engine-hash
+			// mode does not need them) and say why.
+			name:  "not_an_array",
+			event: stored("nope"),
+			want:  with(func(e *Event) { e.BadExtraKeys = "field extra_keys is string, want array or nil" }),
+		},
+		{
+			name:  "float_key",
+			event: stored([]any{[]any{1.5}, nil}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{{}, nil}
+				e.BadExtraKeys = "field extra_keys[0][0] is float, want str, bin or int"
+			}),
+		},
+		{
+			name:  "block_entry_not_an_array",
+			event: stored([]any{"x", nil}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.BadExtraKeys = "field extra_keys[0] is string, want array or nil"
+			}),
+		},
+	}
+	dec := NewDecoder(nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := dec.Decode(encode(t, []any{1.0, []any{tc.event, []any{"AllBlocksCleared"}}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []Event{tc.want, {Type: AllBlocksCleared, Index: 1}}
+			if diff := cmp.Diff(want, b.Events); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestRemovalCarriesNoExtraKeys(t *testing.T) {
+	dec := NewDecoder(nil)
+	b, err := dec.Decode(encode(t, []any{1.0, []any{map[string]any{"type": "BlockRemoved", "block_hashes": []any{1}, "extra_keys": []any{[]any{"x"}}}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Event{{Type: BlockRemoved, BlockHashes: []uint64{1}, Tier: tier.GPU}}
+	if diff := cmp.Diff(want, b.Events); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}

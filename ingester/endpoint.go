@@ -75,6 +75,9 @@ type endpoint struct {
 	// built (recTxn equal to the builder's sequence number).
 	recTxn uint64
 	recOp  int
+	// engine maps the endpoint's engine hashes to canonical keys in token
+	// mode (enginemap.go); nil in engine-hash mode or while empty.
+	engine engineMap
 }
 
 // leasesChanged records a change of the lease set: the next transaction

@@ -276,7 +276,11 @@ func (w *writer) extraKeys(ev *Event) error {
 			case ExtraBytes:
 				err = w.EncodeBytes(k.Data)
 			case ExtraInt:
-				err = w.EncodeInt(k.Int)
+				if len(k.Data) != 8 {
+					err = fmt.Errorf("int extra key of %d bytes, want 8", len(k.Data))
+					break
+				}
+				err = w.EncodeInt(int64(binary.LittleEndian.Uint64(k.Data)))
 			default:
 				err = fmt.Errorf("extra key of unknown kind %d", k.Kind)
 			}

@@ -26,7 +26,7 @@ var roundTripBatch = Batch{
 		{Type: AllBlocksCleared, Index: 3},
 		{Type: BlockStored, Index: 4, BlockHashes: []uint64{}, Tier: tier.GPU},
 		{Type: BlockStored, Index: 5, BlockHashes: []uint64{4, 5}, TokenIDs: []int64{1, 2}, BlockSize: 1, Tier: tier.GPU,
-			HasExtraKeys: true, ExtraKeysLen: 2, ExtraKeys: [][]Extra{{{Kind: ExtraString, Data: []byte("l")}, {Kind: ExtraBytes, Data: []byte{1}}, {Kind: ExtraInt, Int: -2}}, nil}},
+			HasExtraKeys: true, ExtraKeysLen: 2, ExtraKeys: [][]Extra{{{Kind: ExtraString, Data: []byte("l")}, {Kind: ExtraBytes, Data: []byte{1}}, {Kind: ExtraInt, Data: le(-2)}}, nil}},
 		{Type: BlockStored, Index: 6, BlockHashes: []uint64{6}, TokenIDs: []int64{1}, BlockSize: 1, Tier: tier.GPU, HasExtraKeys: true, ExtraKeysLen: 1},
 	},
 }
@@ -194,3 +194,6 @@ func TestEncodeErrors(t *testing.T) {
 		})
 	}
 }
+
+// le is the canonical bytes of an int extra key.
+func le(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }

@@ -1,7 +1,9 @@
 package events
 
 import (
+	"encoding/binary"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 )
@@ -22,20 +24,26 @@ const (
 )
 
 // Extra is one extra hash key of a block, as the engine sent it in
-// extra_keys.
+// extra_keys, in the byte form the canonical key hashes (docs/hashing.md,
+// "Extras"): a str's UTF-8 bytes, a bin's bytes, an integer as 8 bytes
+// little-endian two's complement (a uint above 2^63-1 keeps its 64 bits).
 type Extra struct {
 	// Kind is the key's type.
 	Kind ExtraKind
-	// Data is the key's bytes (ExtraString, ExtraBytes); nil for ExtraInt.
+	// Data is the key's bytes.
 	Data []byte
-	// Int is the key's value (ExtraInt).
-	Int int64
 }
 
+// maxExtraDepth bounds the nesting of a block's extra keys that is
+// flattened: the block's entry (1) holding vLLM's (mm_hash, offset) tuples
+// (2), with room to spare (docs/hashing.md, "From an event").
+const maxExtraDepth = 4
+
 // extraKeys decodes a BlockStored's extra_keys: nil, or one entry per block,
-// each nil or an array of str, bin or int keys. A shape it cannot read does
-// not make the event invalid (engine-hash mode never reads extra keys): it
-// sets BadExtraKeys, and token mode skips the event.
+// each nil or an array of str, bin or int keys, nested arrays (vLLM's
+// (mm_hash, offset) tuples) contributing their elements in order. A shape
+// it cannot key does not make the event invalid (engine-hash mode never
+// reads extra keys): it sets BadExtraKeys, and token mode skips the event.
 func (d *Decoder) extraKeys(s *eventState, name string) error {
 	c, err := d.dec.PeekCode()
 	if err != nil {
@@ -44,13 +52,8 @@ func (d *Decoder) extraKeys(s *eventState, name string) error {
 	if c == msgpcode.Nil {
 		return d.dec.Skip()
 	}
-	bad := func(format string, args ...any) {
-		if s.ev.BadExtraKeys == "" {
-			s.ev.BadExtraKeys = fmt.Sprintf(format, args...)
-		}
-	}
 	if !isArray(c) {
-		bad("field %s is %s, want array or nil", name, describe(c))
+		s.badExtra("field %s is %s, want array or nil", name, describe(c))
 		return d.skip(name)
 	}
 	n, err := d.arrayLen(name)
@@ -70,45 +73,18 @@ func (d *Decoder) extraKeys(s *eventState, name string) error {
 			continue
 		}
 		if !isArray(c) {
-			bad("field %s[%d] is %s, want array or nil", name, i, describe(c))
+			s.badExtra("field %s[%d] is %s, want array or nil", name, i, describe(c))
 			if err := d.skip(name); err != nil {
 				return err
 			}
 			continue
 		}
-		m, err := d.arrayLen(name)
+		keys, err := d.appendExtras(s, name, i, nil, 1)
 		if err != nil {
 			return err
 		}
-		keys := make([]Extra, 0, m)
-		for j := 0; j < m; j++ {
-			c, err := d.dec.PeekCode()
-			if err != nil {
-				return fmt.Errorf("%s[%d][%d]: %w", name, i, j, err)
-			}
-			switch {
-			case isStr(c), isBin(c):
-				kind := ExtraString
-				if isBin(c) {
-					kind = ExtraBytes
-				}
-				b, err := d.readBytes(name)
-				if err != nil {
-					return err
-				}
-				keys = append(keys, Extra{Kind: kind, Data: append([]byte{}, b...)})
-			case isInteger(c):
-				u, _, err := d.integer()
-				if err != nil {
-					return fmt.Errorf("%s[%d][%d]: %w", name, i, j, err)
-				}
-				keys = append(keys, Extra{Kind: ExtraInt, Int: int64(u)})
-			default:
-				bad("field %s[%d][%d] is %s, want str, bin or int", name, i, j, describe(c))
-				if err := d.skip(name); err != nil {
-					return err
-				}
-			}
+		if keys == nil {
+			keys = []Extra{}
 		}
 		if s.ev.ExtraKeys == nil {
 			// Allocated at the first block that has keys: vLLM sends
@@ -118,4 +94,62 @@ func (d *Decoder) extraKeys(s *eventState, name string) error {
 		s.ev.ExtraKeys[i] = keys
 	}
 	return nil
+}
+
+// appendExtras appends the keys of the array at the reader (block i's entry
+// or an array nested in it, at depth) to out, flattened.
+func (d *Decoder) appendExtras(s *eventState, name string, i int, out []Extra, depth int) ([]Extra, error) {
+	m, err := d.arrayLen(name)
+	if err != nil {
+		return nil, err
+	}
+	for j := 0; j < m; j++ {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", name, i, err)
+		}
+		switch {
+		case isArray(c) && depth < maxExtraDepth:
+			if out, err = d.appendExtras(s, name, i, out, depth+1); err != nil {
+				return nil, err
+			}
+		case isStr(c), isBin(c):
+			kind := ExtraString
+			if isBin(c) {
+				kind = ExtraBytes
+			}
+			b, err := d.readBytes(name)
+			if err != nil {
+				return nil, err
+			}
+			if kind == ExtraString && !utf8.Valid(b) {
+				s.badExtra("field %s[%d] has a str that is not valid UTF-8", name, i)
+			}
+			out = append(out, Extra{Kind: kind, Data: append([]byte{}, b...)})
+		case isInteger(c):
+			u, _, err := d.integer()
+			if err != nil {
+				return nil, fmt.Errorf("%s[%d]: %w", name, i, err)
+			}
+			out = append(out, Extra{Kind: ExtraInt, Data: binary.LittleEndian.AppendUint64(make([]byte, 0, 8), u)})
+		default:
+			if isArray(c) {
+				s.badExtra("field %s[%d] nests deeper than %d levels", name, i, maxExtraDepth)
+			} else {
+				s.badExtra("field %s[%d] holds %s, want str, bin, int or an array of them", name, i, describe(c))
+			}
+			if err := d.skip(name); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// badExtra records the first reason the event's extra keys cannot be
+// keyed.
+func (s *eventState) badExtra(format string, args ...any) {
+	if s.ev.BadExtraKeys == "" {
+		s.ev.BadExtraKeys = fmt.Sprintf(format, args...)
+	}
 }

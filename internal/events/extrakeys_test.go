@@ -28,7 +28,7 @@ func TestExtraKeys(t *testing.T) {
 				e.HasExtraKeys, e.ExtraKeysLen = true, 2
 				e.ExtraKeys = [][]Extra{
 					{{Kind: ExtraString, Data: []byte("lora-a")}, {Kind: ExtraString, Data: []byte("salt")}},
-					{{Kind: ExtraBytes, Data: []byte{7, 8}}, {Kind: ExtraInt, Int: -3}, {Kind: ExtraInt, Int: 1 << 40}},
+					{{Kind: ExtraBytes, Data: []byte{7, 8}}, {Kind: ExtraInt, Data: le(-3)}, {Kind: ExtraInt, Data: le(1 << 40)}},
 				}
 			}),
 		},
@@ -54,12 +54,49 @@ func TestExtraKeys(t *testing.T) {
 			want:  with(func(e *Event) { e.BadExtraKeys = "field extra_keys is string, want array or nil" }),
 		},
 		{
+			name:  "mm_tuples_flatten",
+			event: stored([]any{[]any{"lora", []any{"mm-1", -4}}, []any{[]any{[]any{"x"}}}}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{
+					{{Kind: ExtraString, Data: []byte("lora")}, {Kind: ExtraString, Data: []byte("mm-1")}, {Kind: ExtraInt, Data: le(-4)}},
+					{{Kind: ExtraString, Data: []byte("x")}},
+				}
+			}),
+		},
+		{
+			name:  "big_uint_keeps_its_bits",
+			event: stored([]any{[]any{^uint64(0)}, nil}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{{{Kind: ExtraInt, Data: le(-1)}}, nil}
+			}),
+		},
+		{
+			name:  "too_deep",
+			event: stored([]any{[]any{[]any{[]any{[]any{[]any{"x"}}}}}, nil}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{{}, nil}
+				e.BadExtraKeys = "field extra_keys[0] nests deeper than 4 levels"
+			}),
+		},
+		{
+			name:  "nil_inside_an_entry",
+			event: stored([]any{[]any{"a", nil}, nil}),
+			want: with(func(e *Event) {
+				e.HasExtraKeys, e.ExtraKeysLen = true, 2
+				e.ExtraKeys = [][]Extra{{{Kind: ExtraString, Data: []byte("a")}}, nil}
+				e.BadExtraKeys = "field extra_keys[0] holds nil, want str, bin, int or an array of them"
+			}),
+		},
+		{
 			name:  "float_key",
 			event: stored([]any{[]any{1.5}, nil}),
 			want: with(func(e *Event) {
 				e.HasExtraKeys, e.ExtraKeysLen = true, 2
 				e.ExtraKeys = [][]Extra{{}, nil}
-				e.BadExtraKeys = "field extra_keys[0][0] is float, want str, bin or int"
+				e.BadExtraKeys = "field extra_keys[0] holds float, want str, bin, int or an array of them"
 			}),
 		},
 		{

@@ -1,10 +1,21 @@
 // Package client is the Go library LLM routers use to ask kvindex which
 // model-server endpoint holds which prefix blocks of a prompt: connect to
-// the indexd replicas (New), hash the prompt's tokens into vLLM's block
-// hashes (Hasher), Lookup, and turn the matches into scores (Score).
+// the indexd replicas (New), ask with the prompt's token ids
+// (LookupTokens: indexd keys them) or with block keys computed here
+// (TokenKeys, kvindex's canonical key; or Hasher, vLLM's sha256_cbor
+// hashes for engine-hash deployments) (Lookup), and turn the matches into
+// scores (Score).
 //
-// It depends only on gRPC, protobuf and kvindex's generated API: a router
-// that imports it pulls in no etcd, Kafka or Prometheus code.
+// # Token keys
+//
+// TokenKeys, TokenBlockKey, TokenBlockExtras and EventExtras are kvindex's
+// one implementation of its canonical block key (docs/hashing.md): the
+// ingester keys stored blocks with them, indexd keys token Lookups with
+// them, and a router that hashes locally gets the same keys.
+//
+// It depends only on gRPC, protobuf, CBOR (for Hasher) and XXH3
+// (github.com/zeebo/xxh3, for the token keys): a router that imports it
+// pulls in no etcd, Kafka or Prometheus code.
 //
 // # Consistency contract
 //

@@ -179,9 +179,10 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 		}
 		switch {
 		case reason == "no_seq" && !ep.mayHaveBlocks:
-			// Nothing of it is in etcd: voiding its queued ops (if any)
-			// is the whole drop.
+			// Nothing of it is in etcd: voiding its queued ops (if any),
+			// and forgetting the map entries they made, is the whole drop.
 			ep.epoch++
+			w.maps.clear(ep)
 		case reason != "":
 			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "offset", r.Offset)
 			if err := w.drop(ctx, ep, reason, false); err != nil {
@@ -199,13 +200,21 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 		w.m.events.WithLabelValues(ev.Type.String()).Inc()
 		switch ev.Type {
 		case events.BlockStored:
-			for _, hash := range ev.BlockHashes {
-				w.ops.add(ep, ev.Tier, hash, false)
+			if w.tokenMode() {
+				w.storedTokens(ep, ev)
+			} else {
+				for _, hash := range ev.BlockHashes {
+					w.ops.add(ep, ev.Tier, hash, false)
+				}
 			}
 			if ev.BlockSize > 0 {
 				ep.cur.blockSize = ev.BlockSize
 			}
 		case events.BlockRemoved:
+			if w.tokenMode() {
+				w.removedTokens(ep, ev)
+				continue
+			}
 			for _, hash := range ev.BlockHashes {
 				w.ops.add(ep, ev.Tier, hash, true)
 			}
@@ -214,6 +223,14 @@ func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
 				return err
 			}
 		}
+	}
+	if w.unkeyedInRecord > 0 {
+		// One line per record, as for skipped events.
+		w.log.Warn("blocks not keyed", "offset", r.Offset, "endpoint", id.String(), "blocks", w.unkeyedInRecord)
+		w.unkeyedInRecord = 0
+	}
+	if w.tokenMode() {
+		return w.capMaps(ctx)
 	}
 	return nil
 }

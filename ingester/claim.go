@@ -150,6 +150,9 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 			end = o.Offset
 		}
 		w := in.newWorker(p, c.rev, eps[p])
+		if _, err := w.rebuildMaps(ctx); err != nil {
+			return err
+		}
 		w.hwm = end
 		switch {
 		case c.stored >= start && c.stored <= end:
@@ -216,6 +219,29 @@ func (w *worker) init(ctx context.Context) error {
 			if err := w.drop(ctx, ep, "stale", true); err != nil {
 				return err
 			}
+		}
+	}
+	for _, ep := range w.eps {
+		switch {
+		case ep.hashMode != w.cfg.HashMode:
+			// Its keys are of the other mode: no lookup of this mode could
+			// find them, and no removal of this mode reach them.
+			w.log.Info("dropping an endpoint written in another hash mode", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
+			if err := w.drop(ctx, ep, "hash_mode", false); err != nil {
+				return err
+			}
+			ep.hashMode = w.cfg.HashMode
+			w.markDirty(ep) // rewritten in this mode
+		case ep.mapConflict:
+			ep.mapConflict = false
+			if err := w.drop(ctx, ep, "map_conflict", false); err != nil {
+				return err
+			}
+		}
+	}
+	if w.tokenMode() {
+		if err := w.capMaps(ctx); err != nil {
+			return err
 		}
 	}
 	if len(w.dirty) > 0 {

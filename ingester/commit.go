@@ -95,6 +95,9 @@ func (w *worker) commit(ctx context.Context) error {
 	w.ops.reset()
 	w.windowRecords = 0
 	w.committed = w.next
+	if w.tokenMode() {
+		w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(w.maps.entries))
+	}
 	if w.hwm > 0 {
 		w.m.lag.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(max(w.hwm-w.committed, 0)))
 	}
@@ -128,7 +131,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 		}
 		needRec := ep.recTxn != b.seq && (!ep.inEtcd || ep.leasesDirty() || (op.lease == 0 && w.rotates(ep, op.tier)))
 		var rec []byte
-		need, bytes := 1, keyLen+txnOverhead
+		need, bytes := 1, keyLen+keyspace.EngineHashLen+txnOverhead
 		if needRec {
 			var err error
 			if rec, err = w.marshalBase(ep); err != nil {
@@ -167,7 +170,7 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 				b.putRecord(ep, rec)
 			}
 		}
-		b.put(w.blockKey(ep, op.tier, op.hash), nil, op.lease)
+		b.put(w.blockKey(ep, op.tier, op.hash), w.blockValue(op), op.lease)
 		b.blockOps++
 	}
 	return i, nil
@@ -177,6 +180,18 @@ func (w *worker) fill(ctx context.Context, ops []pendingOp, i int) (int, error) 
 func (w *worker) blockKey(ep *endpoint, t tier.Tier, hash uint64) []byte {
 	start := len(w.b.arena)
 	w.b.arena = keyspace.AppendBlockKey(w.b.arena, ep.blocksPrefix, t, hash)
+	return w.b.arena[start:len(w.b.arena):len(w.b.arena)]
+}
+
+// blockValue builds a block put's value in the builder's arena: the engine
+// hash in token mode (so a new owner can rebuild the map), empty in
+// engine-hash mode.
+func (w *worker) blockValue(op *pendingOp) []byte {
+	if !w.tokenMode() {
+		return nil
+	}
+	start := len(w.b.arena)
+	w.b.arena = keyspace.AppendEngineHash(w.b.arena, op.engine)
 	return w.b.arena[start:len(w.b.arena):len(w.b.arena)]
 }
 

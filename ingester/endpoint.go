@@ -75,9 +75,16 @@ type endpoint struct {
 	// built (recTxn equal to the builder's sequence number).
 	recTxn uint64
 	recOp  int
+	// hashMode is the hash mode of its block keys: the worker's for an
+	// endpoint it created, the stored record's for one it loaded (until a
+	// mismatch is dropped and rewritten, claim.go).
+	hashMode keyspace.HashMode
 	// engine maps the endpoint's engine hashes to canonical keys in token
 	// mode (enginemap.go); nil in engine-hash mode or while empty.
 	engine engineMap
+	// mapConflict: the map rebuild met a block of it that cannot enter
+	// the map; the worker drops it as by resync before the first record.
+	mapConflict bool
 }
 
 // leasesChanged records a change of the lease set: the next transaction
@@ -97,7 +104,7 @@ func newEndpoint(ks keyspace.Keyspace, id keyspace.Endpoint) *endpoint {
 func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointRecord {
 	r := keyspace.EndpointRecord{
 		BlockSize:   st.blockSize,
-		HashMode:    keyspace.HashModeEngine,
+		HashMode:    e.hashMode,
 		Seq:         st.seq,
 		BatchTS:     st.batchTS,
 		Incarnation: st.incarnation,
@@ -138,6 +145,7 @@ func (e *endpoint) fromRecord(r *keyspace.EndpointRecord) {
 			e.tiers[t] = append(e.tiers[t], shard{id: clientv3.LeaseID(s.ID), keys: s.Keys})
 		}
 	}
+	e.hashMode = r.HashMode
 	e.inEtcd = true
 	e.mayHaveBlocks = true
 }

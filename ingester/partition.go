@@ -11,6 +11,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -87,6 +88,13 @@ type worker struct {
 
 	keyBuf []byte
 	leases []clientv3.LeaseID
+	// maps counts the entries of the endpoints' token-mode maps; tokBuf
+	// and extraBuf are keying's buffers, unkeyedInRecord the blocks of the
+	// current record token mode could not key (keying.go).
+	maps            engineMaps
+	tokBuf          []uint32
+	extraBuf        []client.Extra
+	unkeyedInRecord int
 	// vals are the commit part's encoded records.
 	vals [][]byte
 }
@@ -255,6 +263,7 @@ func (w *worker) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 		return ep
 	}
 	ep := newEndpoint(w.cfg.Keyspace, id)
+	ep.hashMode = w.cfg.HashMode
 	w.eps[id] = ep
 	return ep
 }
@@ -265,6 +274,7 @@ func (w *worker) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 func (w *worker) drop(ctx context.Context, ep *endpoint, reason string, deleteRecord bool) error {
 	w.m.drops.WithLabelValues(reason).Inc()
 	ep.epoch++
+	w.maps.clear(ep) // every entry names a block this drop deletes
 	end := []byte(keyspace.RangeEnd(ep.blocksPrefix))
 	for {
 		all := true
@@ -391,6 +401,7 @@ func (w *worker) releaseLeases() {
 	}
 	w.keeper.remove(w.leases...)
 	w.m.lag.DeleteLabelValues(partitionLabel(w.p.Partition))
+	w.m.mapEntries.DeleteLabelValues(partitionLabel(w.p.Partition))
 }
 
 // resetTo restarts the partition at start, the log start, after its

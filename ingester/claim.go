@@ -232,11 +232,12 @@ func (w *worker) init(ctx context.Context) error {
 			}
 			ep.hashMode = w.cfg.HashMode
 			w.markDirty(ep) // rewritten in this mode
-		case ep.mapConflict:
-			ep.mapConflict = false
-			if err := w.drop(ctx, ep, "map_conflict", false); err != nil {
-				return err
+		case len(ep.unmapped) > 0:
+			for _, b := range ep.unmapped {
+				w.ops.add(ep, b.tier, b.key, true)
 			}
+			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Add(float64(len(ep.unmapped)))
+			ep.unmapped = nil
 		}
 	}
 	if w.tokenMode() {
@@ -244,7 +245,7 @@ func (w *worker) init(ctx context.Context) error {
 			return err
 		}
 	}
-	if len(w.dirty) > 0 {
+	if len(w.dirty) > 0 || w.ops.len() > 0 {
 		return w.commit(ctx)
 	}
 	return nil

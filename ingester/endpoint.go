@@ -82,9 +82,15 @@ type endpoint struct {
 	// engine maps the endpoint's engine hashes to canonical keys in token
 	// mode (enginemap.go); nil in engine-hash mode or while empty.
 	engine engineMap
-	// mapConflict: the map rebuild met a block of it that cannot enter
-	// the map; the worker drops it as by resync before the first record.
-	mapConflict bool
+	// unmapped are the blocks the map rebuild found that cannot enter the
+	// map (rebuild.go); the worker deletes them before the first record.
+	unmapped []tierKey
+}
+
+// tierKey is one block key of an endpoint: its tier and key hash.
+type tierKey struct {
+	tier tier.Tier
+	key  uint64
 }
 
 // leasesChanged records a change of the lease set: the next transaction

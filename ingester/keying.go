@@ -29,6 +29,9 @@ const (
 	// unknownRemoval: a BlockRemoved of an engine hash the endpoint's map
 	// does not hold: a no-op (semantics 2), counted.
 	unknownRemoval = "unknown_removal"
+	// unmappedBlock: a block a new owner's map rebuild found that cannot
+	// enter the map (rebuild.go); it is deleted.
+	unmappedBlock = "unmapped"
 )
 
 // tokenMode reports whether the worker keys blocks by token (DESIGN

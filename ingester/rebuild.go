@@ -21,9 +21,9 @@ type rebuildStats struct {
 	Keys, Pages int
 	// Entries is the partition's map entries after the rebuild.
 	Entries int
-	// Conflicts counts the endpoints dropped because a block of theirs
-	// could not enter the map.
-	Conflicts int
+	// Unmapped counts the blocks that could not enter the map (deleted
+	// before the first record).
+	Unmapped int
 }
 
 // rebuildPageBlockOverhead approximates a block key-value's framing in a
@@ -36,11 +36,15 @@ const rebuildPageBlockOverhead = 32
 // pages of at most MapRebuildPageBytes, all at one revision at or after
 // the claim's (so every write of a previous owner is in, or fenced out),
 // and enters each block's value, its engine hash, with the key and tier
-// the block key names. An endpoint with a block that cannot enter the map
-// (a value that is not 16 lowercase hex digits, or one engine hash under
-// two keys) is marked to be dropped as by resync before the first record:
-// a block no removal could reach would be a ghost. Endpoints of the other
-// hash mode are left alone; the worker drops and rewrites them (init).
+// the block key names. Endpoints of the other hash mode are left alone;
+// the worker drops and rewrites them (init).
+//
+// A block that cannot enter the map would be a ghost, since no removal
+// could reach it: one whose value is not 16 lowercase hex digits, or a
+// second key of an engine hash already mapped (left by a window that
+// crashed between the delete and the put of a re-keyed block: the replay
+// of that window re-keys it). Such blocks are deleted before the first
+// record (worker.init) and counted.
 func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 	var st rebuildStats
 	if !w.tokenMode() {
@@ -60,7 +64,7 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 		w.log.Warn("map rebuild's revision was compacted; starting over", "revision", st.Revision)
 		for _, ep := range w.eps {
 			w.maps.clear(ep)
-			ep.mapConflict = false
+			ep.unmapped = nil
 		}
 		st = rebuildStats{}
 	}
@@ -68,7 +72,7 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 	w.m.mapRebuilt.Add(float64(st.Entries))
 	w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
 	w.log.Info("engine-hash maps rebuilt", "revision", st.Revision, "keys", st.Keys, "pages", st.Pages, "entries", st.Entries,
-		"conflicts", st.Conflicts, "seconds", time.Since(start).Seconds())
+		"unmapped", st.Unmapped, "seconds", time.Since(start).Seconds())
 	return st, nil
 }
 
@@ -109,24 +113,22 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 			}
 			for _, kv := range resp.Kvs {
 				st.Keys++
-				if ep.mapConflict {
-					continue
-				}
 				prefix, t, key, err := ks.SplitBlockKey(string(kv.Key))
 				if err != nil || prefix != ep.blocksPrefix {
 					continue // not a block key of this endpoint: nothing to map
 				}
 				h, err := keyspace.ParseEngineHash(kv.Value)
 				if err == nil {
-					if _, oldTiers := w.maps.store(ep, h, key, t); oldTiers != 0 {
-						err = fmt.Errorf("engine hash %016x names two keys", h)
+					if k, ok := w.maps.lookup(ep, h); ok && k != key {
+						err = fmt.Errorf("engine hash %016x is mapped to %016x already", h, k)
+					} else {
+						w.maps.store(ep, h, key, t)
 					}
 				}
 				if err != nil {
-					w.log.Warn("a block cannot enter the engine-hash map; the endpoint will be dropped as by resync",
-						"endpoint", ep.id.String(), "key", string(kv.Key), "err", err)
-					ep.mapConflict = true
-					st.Conflicts++
+					w.log.Warn("a block cannot enter the engine-hash map; deleting it", "endpoint", ep.id.String(), "key", string(kv.Key), "err", err)
+					ep.unmapped = append(ep.unmapped, tierKey{tier: t, key: key})
+					st.Unmapped++
 				}
 			}
 			if !resp.More || len(resp.Kvs) == 0 {

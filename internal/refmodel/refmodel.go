@@ -62,6 +62,11 @@ type Config struct {
 	// older than this on the clock (the latest record time seen, or a time
 	// given to Expire). Zero turns liveness off.
 	LivenessWindow time.Duration
+	// HashMode is what blocks are keyed by (DESIGN "Hashing"): the zero
+	// value and keyspace.HashModeEngine key them by the engine's hash;
+	// keyspace.HashModeToken by the canonical key of their tokens
+	// (token.go).
+	HashMode keyspace.HashMode
 }
 
 // Model is the reference state: which (endpoint, tier, block) are present,
@@ -80,7 +85,9 @@ type blockID struct {
 }
 
 type endpoint struct {
-	blocks      map[blockID]struct{}
+	blocks map[blockID]struct{}
+	// engine maps engine hash to canonical key in token mode.
+	engine      map[uint64]tokenEntry
 	seq         *uint64
 	ts          float64
 	incarnation string
@@ -125,7 +132,7 @@ func (m *Model) Apply(r Record) string {
 			delete(m.endpoints, ep)
 		case "resync":
 			if st := m.endpoints[ep]; st != nil {
-				clear(st.blocks)
+				st.clear()
 			}
 		case "heartbeat":
 			m.state(ep).last = m.clock
@@ -158,14 +165,14 @@ func (m *Model) Apply(r Record) string {
 		inc := r.Headers["incarnation"]
 		switch {
 		case inc != "" && st.incarnation != "" && inc != st.incarnation:
-			clear(st.blocks)
+			st.clear()
 		case st.seq == nil:
-			clear(st.blocks)
+			st.clear()
 		case seq == *st.seq+1:
 		case seq <= *st.seq && batch.TS <= st.ts:
 			return SkipDuplicate
 		default: // an older seq with a newer ts (restart), or a gap
-			clear(st.blocks)
+			st.clear()
 		}
 		s := seq
 		st.seq, st.ts = &s, batch.TS
@@ -176,15 +183,23 @@ func (m *Model) Apply(r Record) string {
 	for _, ev := range batch.Events {
 		switch ev.Type {
 		case events.BlockStored:
+			if m.cfg.HashMode == keyspace.HashModeToken {
+				st.storeTokens(ev)
+				continue
+			}
 			for _, h := range ev.BlockHashes {
 				st.blocks[blockID{ev.Tier, h}] = struct{}{}
 			}
 		case events.BlockRemoved:
+			if m.cfg.HashMode == keyspace.HashModeToken {
+				st.removeTokens(ev)
+				continue
+			}
 			for _, h := range ev.BlockHashes {
 				delete(st.blocks, blockID{ev.Tier, h})
 			}
 		case events.AllBlocksCleared:
-			clear(st.blocks)
+			st.clear()
 		}
 	}
 	return Applied

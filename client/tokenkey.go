@@ -14,7 +14,7 @@ import (
 
 // This file is kvindex's canonical block key (DESIGN "Hashing", token
 // mode), specified byte for byte in docs/hashing.md with vectors in
-// testdata/fixtures/hashing/token_keys.json. It is the one implementation:
+// client/testdata/hashing/token_keys.json. It is the one implementation:
 // the ingester keys stored blocks with it, indexd keys token Lookups with
 // it, and routers that hash locally call it.
 

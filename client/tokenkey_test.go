@@ -18,7 +18,7 @@ import (
 
 // tokenVectorPath is where scripts/gen_token_vectors.py writes the
 // vectors; tests run in this package's directory.
-var tokenVectorPath = filepath.Join("..", "testdata", "fixtures", "hashing", "token_keys.json")
+var tokenVectorPath = filepath.Join("testdata", "hashing", "token_keys.json")
 
 // jsonExtra is an extra as the vector file spells it.
 type jsonExtra struct {

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generate testdata/fixtures/hashing/token_keys.json: vectors for kvindex's
+"""Generate client/testdata/hashing/token_keys.json: vectors for kvindex's
 canonical token block key (docs/hashing.md).
 
 This is a second implementation of the specification, written from
@@ -236,7 +236,7 @@ def main():
         "events": events,
     }
     here = os.path.dirname(os.path.abspath(__file__))
-    path = os.path.join(here, "..", "testdata", "fixtures", "hashing", "token_keys.json")
+    path = os.path.join(here, "..", "client", "testdata", "hashing", "token_keys.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=1, ensure_ascii=False)
         f.write("\n")

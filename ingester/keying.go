@@ -1,7 +1,6 @@
 package ingester
 
 import (
-	"context"
 	"math"
 
 	"github.com/kvindex/kvindex/client"
@@ -34,9 +33,9 @@ const (
 	unmappedBlock = "unmapped"
 )
 
-// tokenMode reports whether the worker keys blocks by token (DESIGN
+// tokenMode reports whether the applier keys blocks by token (DESIGN
 // "Hashing").
-func (w *worker) tokenMode() bool { return w.cfg.HashMode == keyspace.HashModeToken }
+func (a *applier) tokenMode() bool { return a.cfg.HashMode == keyspace.HashModeToken }
 
 // storedTokens applies one BlockStored in token mode: each block is keyed
 // with client.TokenBlockKey, chained on its parent's key (the event's
@@ -45,47 +44,47 @@ func (w *worker) tokenMode() bool { return w.cfg.HashMode == keyspace.HashModeTo
 // its engine hash already has on the endpoint. What cannot be keyed is
 // skipped and counted; the rest of the event after an unkeyable block is
 // skipped too, since it chains on it.
-func (w *worker) storedTokens(ep *endpoint, ev *events.Event) {
+func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 	n := len(ev.BlockHashes)
 	if n == 0 {
 		return
 	}
 	if len(ev.TokenIDs) == 0 {
 		for _, h := range ev.BlockHashes {
-			key, ok := w.maps.lookup(ep, h)
+			key, ok := a.maps.lookup(ep, h)
 			if !ok {
-				w.unkeyed(unkeyedPlaceholder, 1)
+				a.unkeyed(unkeyedPlaceholder, 1)
 				continue
 			}
-			w.storeKey(ep, ev.Tier, h, key)
+			a.storeKey(ep, ev.Tier, h, key)
 		}
 		return
 	}
 	bs := int(ev.BlockSize)
 	switch {
 	case bs <= 0 || len(ev.TokenIDs) != n*bs:
-		w.unkeyed(unkeyedTokens, n)
+		a.unkeyed(unkeyedTokens, n)
 		return
 	case ev.BadExtraKeys != "" || (ev.HasExtraKeys && ev.ExtraKeysLen != n):
-		w.unkeyed(unkeyedExtras, n)
+		a.unkeyed(unkeyedExtras, n)
 		return
 	}
 	parent := client.TokenKeyRoot
 	if ev.HasParent {
 		var ok bool
-		if parent, ok = w.maps.lookup(ep, ev.ParentHash); !ok {
-			w.unkeyed(unkeyedParent, n)
+		if parent, ok = a.maps.lookup(ep, ev.ParentHash); !ok {
+			a.unkeyed(unkeyedParent, n)
 			return
 		}
 	}
 	for i, h := range ev.BlockHashes {
-		toks, ok := w.blockTokens(ev.TokenIDs[i*bs : (i+1)*bs])
+		toks, ok := a.blockTokens(ev.TokenIDs[i*bs : (i+1)*bs])
 		if !ok {
-			w.unkeyed(unkeyedTokens, n-i)
+			a.unkeyed(unkeyedTokens, n-i)
 			return
 		}
-		key := client.TokenBlockKey(parent, toks, w.blockExtras(ev, i))
-		w.storeKey(ep, ev.Tier, h, key)
+		key := client.TokenBlockKey(parent, toks, a.blockExtras(ev, i))
+		a.storeKey(ep, ev.Tier, h, key)
 		parent = key
 	}
 }
@@ -93,82 +92,79 @@ func (w *worker) storedTokens(ep *endpoint, ev *events.Event) {
 // storeKey records engine hash h present in tier t under key and queues
 // the put. An engine hash that had another key loses it: that key's
 // copies are deleted, so no removal can miss them.
-func (w *worker) storeKey(ep *endpoint, t tier.Tier, h, key uint64) {
-	old, oldTiers := w.maps.store(ep, h, key, t)
+func (a *applier) storeKey(ep *endpoint, t tier.Tier, h, key uint64) {
+	old, oldTiers := a.maps.store(ep, h, key, t)
 	for _, ot := range tier.All {
 		if oldTiers&bit(ot) != 0 {
-			w.ops.addValue(ep, ot, old, true, 0)
+			a.win.ops.addValue(ep, ot, old, true, 0)
 		}
 	}
-	w.ops.addValue(ep, t, key, false, h)
+	a.win.ops.addValue(ep, t, key, false, h)
 }
 
 // removedTokens applies one BlockRemoved in token mode: each engine hash's
 // key, from the endpoint's map, is deleted from the event's tier. An
 // unknown engine hash is a no-op (counted).
-func (w *worker) removedTokens(ep *endpoint, ev *events.Event) {
+func (a *applier) removedTokens(ep *endpoint, ev *events.Event) {
 	for _, h := range ev.BlockHashes {
-		key, ok := w.maps.remove(ep, h, ev.Tier)
+		key, ok := a.maps.remove(ep, h, ev.Tier)
 		if !ok {
-			w.unkeyed(unknownRemoval, 1)
+			a.unkeyed(unknownRemoval, 1)
 			continue
 		}
-		w.ops.addValue(ep, ev.Tier, key, true, 0)
+		a.win.ops.addValue(ep, ev.Tier, key, true, 0)
 	}
 }
 
 // blockTokens converts one block's token ids to the hasher's uint32s in a
 // buffer of the worker's; ok is false for an id outside 0..2^32-1.
-func (w *worker) blockTokens(ids []int64) ([]uint32, bool) {
-	w.tokBuf = w.tokBuf[:0]
+func (a *applier) blockTokens(ids []int64) ([]uint32, bool) {
+	a.tokBuf = a.tokBuf[:0]
 	for _, t := range ids {
 		if t < 0 || t > math.MaxUint32 {
 			return nil, false
 		}
-		w.tokBuf = append(w.tokBuf, uint32(t))
+		a.tokBuf = append(a.tokBuf, uint32(t))
 	}
-	return w.tokBuf, true
+	return a.tokBuf, true
 }
 
 // blockExtras returns block i's extras (DESIGN "Hashing"): the event's
 // extra_keys[i] when it has extra_keys, else its LoRA name when set, else
 // none. The slice is the worker's and valid until the next call.
-func (w *worker) blockExtras(ev *events.Event, i int) []client.Extra {
-	w.extraBuf = w.extraBuf[:0]
+func (a *applier) blockExtras(ev *events.Event, i int) []client.Extra {
+	a.extraBuf = a.extraBuf[:0]
 	switch {
 	case ev.HasExtraKeys:
 		if ev.ExtraKeys != nil {
 			for _, x := range ev.ExtraKeys[i] {
-				w.extraBuf = append(w.extraBuf, client.Extra{Kind: client.ExtraKind(x.Kind), Data: x.Data})
+				a.extraBuf = append(a.extraBuf, client.Extra{Kind: client.ExtraKind(x.Kind), Data: x.Data})
 			}
 		}
 	case ev.LoraName != "":
-		w.extraBuf = append(w.extraBuf, client.StringExtra(ev.LoraName))
+		a.extraBuf = append(a.extraBuf, client.StringExtra(ev.LoraName))
 	}
-	return w.extraBuf
+	return a.extraBuf
 }
 
 // unkeyed counts n blocks that token mode skipped for reason.
-func (w *worker) unkeyed(reason string, n int) {
-	w.m.unkeyedBlocks.WithLabelValues(reason).Add(float64(n))
-	w.unkeyedInRecord += n
+func (a *applier) unkeyed(reason string, n int) {
+	a.m.unkeyedBlocks.WithLabelValues(reason).Add(float64(n))
+	a.unkeyedInRecord += n
 }
 
 // capMaps enforces MaxMapEntries after a record: while the partition's
 // maps hold more, the endpoint with the most entries is dropped as by
 // resync (reason map_cap), so no entry is forgotten while its block stays
 // in etcd (DESIGN "Hashing").
-func (w *worker) capMaps(ctx context.Context) error {
-	for w.maps.entries > w.cfg.MaxMapEntries {
-		ep := largest(w.eps)
+func (a *applier) capMaps() {
+	for a.maps.entries > a.cfg.MaxMapEntries {
+		ep := largest(a.eps)
 		if ep == nil {
-			return nil
+			return
 		}
-		w.log.Warn("engine-hash map over its cap; dropping the largest endpoint as by resync",
-			"endpoint", ep.id.String(), "entries", len(ep.engine), "partition_entries", w.maps.entries, "max_map_entries", w.cfg.MaxMapEntries)
-		if err := w.drop(ctx, ep, "map_cap", false); err != nil {
-			return err
-		}
+		a.log.Warn("engine-hash map over its cap; dropping the largest endpoint as by resync",
+			"endpoint", ep.id.String(), "entries", len(ep.engine), "partition_entries", a.maps.entries, "max_map_entries", a.cfg.MaxMapEntries)
+		a.drop(ep, "map_cap", false)
 	}
-	return nil
 }

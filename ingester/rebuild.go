@@ -9,6 +9,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 
+	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
@@ -47,7 +48,7 @@ const rebuildPageBlockOverhead = 32
 // record (worker.init) and counted.
 func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 	var st rebuildStats
-	if !w.tokenMode() {
+	if !w.ap.tokenMode() {
 		return st, nil
 	}
 	start := time.Now()
@@ -63,12 +64,12 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 		// at the newest one (still at or after the claim's).
 		w.log.Warn("map rebuild's revision was compacted; starting over", "revision", st.Revision)
 		for _, ep := range w.eps {
-			w.maps.clear(ep)
+			w.ap.maps.clear(ep)
 			ep.unmapped = nil
 		}
 		st = rebuildStats{}
 	}
-	st.Entries = w.maps.entries
+	st.Entries = w.ap.maps.entries
 	w.m.mapRebuilt.Add(float64(st.Entries))
 	w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
 	w.log.Info("engine-hash maps rebuilt", "revision", st.Revision, "keys", st.Keys, "pages", st.Pages, "entries", st.Entries,
@@ -89,7 +90,7 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 		end := []byte(keyspace.RangeEnd(ep.blocksPrefix))
 		for {
 			var resp *pb.RangeResponse
-			err := retry(ctx, func() error {
+			err := backoff.Retry(ctx, backoff.New(20*time.Millisecond, time.Second, nil), func(ctx context.Context) error {
 				var err error
 				resp, err = w.kv.Range(ctx, &pb.RangeRequest{Key: from, RangeEnd: end, Limit: limit, Revision: st.Revision})
 				if isCompacted(err) {
@@ -97,7 +98,7 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 					return nil // handled below, not retried
 				}
 				return err
-			})
+			}, nil)
 			if err != nil {
 				return fmt.Errorf("%w: rebuilding the engine-hash map of %s: %v", ErrClaim, ep.id, err)
 			}
@@ -119,10 +120,10 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 				}
 				h, err := keyspace.ParseEngineHash(kv.Value)
 				if err == nil {
-					if k, ok := w.maps.lookup(ep, h); ok && k != key {
+					if k, ok := w.ap.maps.lookup(ep, h); ok && k != key {
 						err = fmt.Errorf("engine hash %016x is mapped to %016x already", h, k)
 					} else {
-						w.maps.store(ep, h, key, t)
+						w.ap.maps.store(ep, h, key, t)
 					}
 				}
 				if err != nil {

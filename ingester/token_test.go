@@ -334,9 +334,10 @@ func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep := newEndpoint(ks, id)
+	part := keyspace.Partition{Topic: "tok-rb", Partition: 0}
+	ep := newEndpoint(ks, part, id)
 	ep.hashMode = keyspace.HashModeToken
-	engineEp := newEndpoint(ks, keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"})
+	engineEp := newEndpoint(ks, part, keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"})
 	engineEp.hashMode = keyspace.HashModeEngine
 	w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep, engineEp.id: engineEp})
 	st, err := w.rebuildMaps(ctx)

@@ -1,5 +1,6 @@
 // The router's library as a module of its own, so a router's module graph
-// holds gRPC, protobuf and CBOR, not the main module's etcd, Kafka,
+// holds gRPC, protobuf, CBOR and XXH3 (github.com/zeebo/xxh3, the token
+// key's hash, with its CPU-feature probe), not the main module's etcd, Kafka,
 // Kubernetes or Prometheus (deps_test.go checks it).
 module github.com/kvindex/kvindex/client
 

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -17,7 +19,7 @@ import (
 )
 
 // tokenVectorPath is where scripts/gen_token_vectors.py writes the
-// vectors; tests run in this package's directory.
+// vectors, inside this module (tests run in this package's directory).
 var tokenVectorPath = filepath.Join("testdata", "hashing", "token_keys.json")
 
 // jsonExtra is an extra as the vector file spells it.
@@ -385,43 +387,76 @@ func TestTokenKeysAllocs(t *testing.T) {
 	}
 }
 
-// BenchmarkTokenKeys measures keying per block against a bare XXH3-64
-// call over the same bytes (the reference, in the same run): what
-// assembling the canonical input costs on top of the hash itself.
+// BenchmarkTokenKeys measures keying per block (AppendTokenKeys over a
+// prompt of 256 blocks) against two references measured in the same loop,
+// batch after batch, both bare XXH3-64 calls over the very bytes TokenKeys
+// hashes for each block, prepared beforehand: independent calls (xxh3,
+// which the CPU overlaps), and calls chained as the key is, each block's
+// parent written from the hash before (chain: each waits for the last).
+// x-chain is what building the canonical input costs on top of hashing a
+// chain. Metrics: ns/block, xxh3-ns/block, x-xxh3, chain-ns/block,
+// x-chain.
 func BenchmarkTokenKeys(b *testing.B) {
-	for _, bs := range []int{16, 64} {
-		const blocks = 256
-		toks := make([]uint32, bs*blocks)
-		for i := range toks {
-			toks[i] = uint32(i*2654435761) % 152000
-		}
-		p := TokenPrompt{TokenIDs: toks}
-		keys := TokenKeys(p, bs)
-		// The exact bytes TokenKeys hashes, block by block.
-		inputs := make([][]byte, blocks)
-		parent := TokenKeyRoot
-		for i := range inputs {
-			inputs[i] = appendBlockInput(nil, parent, toks[i*bs:(i+1)*bs], nil)
-			parent = keys[i]
-		}
-		b.Run(fmt.Sprintf("bs%d/TokenKeys", bs), func(b *testing.B) {
-			dst := make([]uint64, 0, blocks)
-			for b.Loop() {
-				dst = AppendTokenKeys(dst[:0], p, bs)
+	for _, tc := range []struct {
+		name string
+		bs   int
+		lora string
+	}{
+		{"bs16", 16, ""},
+		{"bs16_lora", 16, "sql-lora"},
+		{"bs64", 64, ""},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			const blocks = 256
+			toks := make([]uint32, tc.bs*blocks)
+			for i := range toks {
+				toks[i] = uint32(i*2654435761) % 152000
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocks), "ns/block")
-		})
-		b.Run(fmt.Sprintf("bs%d/bare_xxh3", bs), func(b *testing.B) {
-			var sink uint64
+			p := TokenPrompt{TokenIDs: toks, LoRAName: tc.lora}
+			keys := TokenKeys(p, tc.bs)
+			inputs := make([][]byte, blocks)
+			parent := TokenKeyRoot
+			for i := range inputs {
+				inputs[i] = appendBlockInput(nil, parent, toks[i*tc.bs:(i+1)*tc.bs], TokenBlockExtras(p, tc.bs, i))
+				if xxh3.Hash(inputs[i]) != keys[i] {
+					b.Fatalf("block %d: the reference's bytes are not what TokenKeys hashes", i)
+				}
+				parent = keys[i]
+			}
+			dst := make([]uint64, 0, blocks)
+			var measured, bare, chained time.Duration
+			var sink, last uint64
+			units := 0
 			for b.Loop() {
+				t0 := time.Now()
+				dst = AppendTokenKeys(dst[:0], p, tc.bs)
+				t1 := time.Now()
 				for _, in := range inputs {
 					sink ^= xxh3.Hash(in)
 				}
+				t2 := time.Now()
+				parent := TokenKeyRoot
+				for _, in := range inputs {
+					binary.LittleEndian.PutUint64(in, parent)
+					parent = xxh3.Hash(in)
+				}
+				last = parent
+				t3 := time.Now()
+				measured += t1.Sub(t0)
+				bare += t2.Sub(t1)
+				chained += t3.Sub(t2)
+				units += blocks
 			}
-			if sink == math.MaxUint64 {
-				b.Log(sink)
+			if sink == math.MaxUint64 || dst[blocks-1] != keys[blocks-1] || last != keys[blocks-1] {
+				b.Fatal("keys changed between runs")
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*blocks), "ns/block")
+			per := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / float64(units) }
+			b.ReportMetric(per(measured), "ns/block")
+			b.ReportMetric(per(bare), "xxh3-ns/block")
+			b.ReportMetric(per(measured)/per(bare), "x-xxh3")
+			b.ReportMetric(per(chained), "chain-ns/block")
+			b.ReportMetric(per(measured)/per(chained), "x-chain")
+			b.ReportMetric(0, "ns/op")
 		})
 	}
 }

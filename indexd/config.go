@@ -16,8 +16,16 @@ import (
 // Defaults of Config (DefaultConfig). The request limits are the API's
 // documented ones (kvindex.v1 LookupRequest).
 const (
-	DefaultListenAddr        = "127.0.0.1:50051"
-	DefaultMaxHashes         = 8192
+	DefaultListenAddr = "127.0.0.1:50051"
+	DefaultMaxHashes  = 8192
+	// DefaultMaxTokens bounds a token Lookup's token ids: 8192 blocks of
+	// 16 tokens, the hashes a hash Lookup may carry (docs/limits.md).
+	DefaultMaxTokens = 131072
+	// DefaultMaxMultiModalItems bounds a token Lookup's multimodal items.
+	DefaultMaxMultiModalItems = 256
+	// DefaultMaxExtraBytes bounds each extra of a token Lookup: the LoRA
+	// name, the cache salt and each multimodal item's hash.
+	DefaultMaxExtraBytes     = 1024
 	DefaultMaxCandidates     = 4096
 	DefaultMaxBarrierRecords = 1024
 	DefaultMaxRequestBytes   = 4 << 20
@@ -72,6 +80,18 @@ type Config struct {
 	// MaxHashes bounds LookupRequest.block_hashes; more is
 	// INVALID_ARGUMENT. Default 8192; zero means the default.
 	MaxHashes int
+	// MaxTokens bounds TokenPrompt.token_ids of a token Lookup; more is
+	// INVALID_ARGUMENT. Keying costs about 0.1 µs per block at each of
+	// the (at most 4) block sizes (BENCHMARKS.md). Default 131072; zero
+	// means the default.
+	MaxTokens int
+	// MaxMultiModalItems bounds TokenPrompt.multimodal_items; more is
+	// INVALID_ARGUMENT. Default 256; zero means the default.
+	MaxMultiModalItems int
+	// MaxExtraBytes bounds each extra of a token Lookup in bytes: the LoRA
+	// name, the cache salt and each multimodal item's hash; longer is
+	// INVALID_ARGUMENT. Default 1024; zero means the default.
+	MaxExtraBytes int
 	// MaxCandidates bounds LookupRequest.candidates. Default 4096; zero
 	// means the default.
 	MaxCandidates int
@@ -138,6 +158,8 @@ func DefaultConfig() Config {
 		Keyspace:          keyspace.Default(),
 		ListenAddr:        DefaultListenAddr,
 		MaxHashes:         DefaultMaxHashes,
+		MaxTokens:         DefaultMaxTokens,
+		MaxExtraBytes:     DefaultMaxExtraBytes,
 		MaxCandidates:     DefaultMaxCandidates,
 		MaxBarrierRecords: DefaultMaxBarrierRecords,
 		MaxRequestBytes:   DefaultMaxRequestBytes,
@@ -152,6 +174,7 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		ListPageSize:         DefaultListPageSize,
 		MaxListPageSize:      DefaultMaxListPageSize,
+		MaxMultiModalItems:   DefaultMaxMultiModalItems,
 	}
 }
 
@@ -165,6 +188,9 @@ func (c Config) withDefaults() Config {
 		c.ListenAddr = d.ListenAddr
 	}
 	setDefault(&c.MaxHashes, d.MaxHashes)
+	setDefault(&c.MaxTokens, d.MaxTokens)
+	setDefault(&c.MaxMultiModalItems, d.MaxMultiModalItems)
+	setDefault(&c.MaxExtraBytes, d.MaxExtraBytes)
 	setDefault(&c.MaxCandidates, d.MaxCandidates)
 	setDefault(&c.MaxBarrierRecords, d.MaxBarrierRecords)
 	setDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
@@ -199,6 +225,9 @@ func (c Config) Validate() error {
 		v    int64
 	}{
 		{"MaxHashes", int64(c.MaxHashes)},
+		{"MaxTokens", int64(c.MaxTokens)},
+		{"MaxMultiModalItems", int64(c.MaxMultiModalItems)},
+		{"MaxExtraBytes", int64(c.MaxExtraBytes)},
 		{"MaxCandidates", int64(c.MaxCandidates)},
 		{"MaxBarrierRecords", int64(c.MaxBarrierRecords)},
 		{"MaxRequestBytes", int64(c.MaxRequestBytes)},

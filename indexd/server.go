@@ -209,7 +209,10 @@ func (s *Server) checkSize(req proto.Message) error {
 }
 
 // Lookup implements kvindex.v1.IndexService/Lookup (DESIGN semantics 5,
-// candidate filter, read-your-events barrier).
+// candidate filter, read-your-events barrier). A request with tokens is a
+// token Lookup (DESIGN "Hashing", readers): the prompt is keyed once per
+// block size among the candidate endpoints in token mode, each of which
+// is matched with the keys of its own block size.
 func (s *Server) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
 	resp, err := s.lookup(ctx, req)
 	return resp, toStatus(err)
@@ -238,7 +241,13 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 	}
 	sc := s.pool.Get().(*index.Scratch)
 	defer s.pool.Put(sc)
-	ix.Lookup(sc, req.Model, req.BlockHashes, cands)
+	if req.Tokens != nil {
+		if err := ix.LookupTokens(sc, req.Model, tokenKeyer(req.Tokens), cands); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	} else {
+		ix.Lookup(sc, req.Model, req.BlockHashes, cands)
+	}
 	return lookupResponse(sc), nil
 }
 
@@ -262,7 +271,7 @@ func lookupResponse(sc *index.Scratch) *kvindexv1.LookupResponse {
 				ts[j] = kvindexv1.Tier(t)
 			}
 			eps[i].Pod, eps[i].DpRank = m.Endpoint.Pod, m.Endpoint.Rank
-			ms[i].Endpoint, ms[i].MatchedBlocks, ms[i].Tiers = &eps[i], uint32(m.Blocks), ts
+			ms[i].Endpoint, ms[i].MatchedBlocks, ms[i].Tiers, ms[i].BlockSize = &eps[i], uint32(m.Blocks), ts, m.BlockSize
 			resp.Matches[i] = &ms[i]
 		}
 	}
@@ -293,6 +302,9 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.Partition
 	if n := len(req.BlockHashes); n > s.cfg.MaxHashes {
 		return nil, 0, fmt.Errorf("%w: block_hashes has %d hashes, the limit is %d per request (--max-hashes)",
 			ErrInvalidArgument, n, s.cfg.MaxHashes)
+	}
+	if err := s.validateTokens(req); err != nil {
+		return nil, 0, err
 	}
 	if n := len(req.Candidates); n > s.cfg.MaxCandidates {
 		return nil, 0, fmt.Errorf("%w: candidates has %d endpoints, the limit is %d per request",

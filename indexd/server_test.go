@@ -285,7 +285,7 @@ func TestListEndpoints(t *testing.T) {
 		w.record(pod0, keyspace.EndpointRecord{BlockSize: 16, LastRecord: seen, Topic: "kvindex-events", Partition: 3}),
 		w.put(blk(pod0, tier.GPU, 1)), w.put(blk(pod0, tier.GPU, 2)), w.put(blk(pod0, tier.Disk, 2)),
 		w.put(blk(pod1, tier.CPU, 1)), // no record: listed with its blocks
-		w.record(other, keyspace.EndpointRecord{LastRecord: seen}),
+		w.record(other, keyspace.EndpointRecord{LastRecord: seen, HashMode: keyspace.HashModeToken}),
 	)
 	r := startReplica(t, e.Client)
 	r.waitServing(t)
@@ -299,12 +299,12 @@ func TestListEndpoints(t *testing.T) {
 	}{
 		{name: "one_model", model: model, want: []*kvindexv1.EndpointInfo{
 			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod1.Pod}, CpuBlocks: 1},
-			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen)},
+			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_ENGINE},
 		}},
 		{name: "every_model", want: []*kvindexv1.EndpointInfo{
-			{Model: "m2", Endpoint: &kvindexv1.Endpoint{Pod: "p"}, LastSeen: timestamppb.New(seen)},
+			{Model: "m2", Endpoint: &kvindexv1.Endpoint{Pod: "p"}, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_TOKEN},
 			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod1.Pod}, CpuBlocks: 1},
-			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen)},
+			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_ENGINE},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

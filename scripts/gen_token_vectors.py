@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Generate client/testdata/hashing/token_keys.json: vectors for kvindex's
+"""Generate client/testdata/hashing/token_keys.json (also reached as
+testdata/fixtures/hashing/token_keys.json): vectors for kvindex's
 canonical token block key (docs/hashing.md).
 
 This is a second implementation of the specification, written from

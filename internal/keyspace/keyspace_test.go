@@ -248,8 +248,30 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (EndpointMeta{BlockSize: rec.BlockSize, LastRecord: rec.LastRecord, Partition: rec.Partition}); meta != want {
+	if want := (EndpointMeta{BlockSize: rec.BlockSize, HashMode: rec.HashMode, LastRecord: rec.LastRecord, Partition: rec.Partition}); meta != want {
 		t.Fatalf("UnmarshalEndpointMeta = %+v, want %+v", meta, want)
+	}
+	// The hash mode as stored, and absent (a record written before v1.1)
+	// read as engine.
+	for _, tc := range []struct {
+		name, value string
+		want        HashMode
+	}{
+		{"token", `{"hash_mode":"token","block_size":16}`, HashModeToken},
+		{"engine", `{"hash_mode":"engine","block_size":16}`, HashModeEngine},
+		{"absent", `{"block_size":16}`, HashModeEngine},
+		{"empty", `{"hash_mode":"","block_size":16}`, HashModeEngine},
+	} {
+		t.Run("hash_mode_"+tc.name, func(t *testing.T) {
+			m, err := UnmarshalEndpointMeta([]byte(tc.value))
+			if err != nil || m.HashMode != tc.want || m.BlockSize != 16 {
+				t.Fatalf("UnmarshalEndpointMeta(%s) = %+v, %v; want hash mode %q", tc.value, m, err, tc.want)
+			}
+			r, err := UnmarshalEndpointRecord([]byte(tc.value))
+			if err != nil || r.HashMode != tc.want {
+				t.Fatalf("UnmarshalEndpointRecord(%s) = %+v, %v; want hash mode %q", tc.value, r, err, tc.want)
+			}
+		})
 	}
 	for _, bad := range []string{`{`, `[]`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","partition":"3"}`, `{"hash_mode":"engine","tier_leases":{"gpu":3}}`} {
 		if _, err := UnmarshalEndpointMeta([]byte(bad)); !errors.Is(err, ErrMalformedValue) {

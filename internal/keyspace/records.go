@@ -14,10 +14,9 @@ type HashMode string
 
 // The hash modes (DESIGN "Hashing").
 const (
-	// HashModeEngine keys blocks by the engine's own block hash.
+	// HashModeEngine keys blocks by the engine's own block hash (default).
 	HashModeEngine HashMode = "engine"
-	// HashModeToken keys blocks by kvindex's canonical key, computed from
-	// token ids (the ingester's default from v1.1).
+	// HashModeToken keys blocks by a hash kvindex recomputes from token ids.
 	HashModeToken HashMode = "token"
 )
 
@@ -62,9 +61,8 @@ type EndpointRecord struct {
 	// BlockSize is the engine's block size in tokens from its last
 	// BlockStored that carried a non-zero one; 0 when unknown.
 	BlockSize uint32 `json:"block_size,omitempty"`
-	// HashMode says what the block keys' hash segment is. Records written
-	// before v1.1 have none; they decode as HashModeEngine, the only mode
-	// there was.
+	// HashMode says what the block keys' hash segment is. Decoding a
+	// record that has none (written before v1.1) gives HashModeEngine.
 	HashMode HashMode `json:"hash_mode"`
 	// Seq is the engine sequence number (the record's "seq" header) of the
 	// last applied batch record; nil when the endpoint's records carried
@@ -108,14 +106,12 @@ func (r *EndpointRecord) Marshal() ([]byte, error) {
 // returns ErrMalformedValue for anything that is not such a record.
 func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	var r EndpointRecord
-	if err := json.Unmarshal(v, &r); err != nil {
+	err := json.Unmarshal(v, &r)
+	if err != nil {
 		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
 	}
-	if r.HashMode == "" {
-		r.HashMode = HashModeEngine // written before v1.1
-	}
-	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
-		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
+	if r.HashMode, err = checkHashMode(r.HashMode); err != nil {
+		return EndpointRecord{}, err
 	}
 	for name := range r.TierLeases {
 		if _, ok := tier.Parse(name); !ok {
@@ -128,7 +124,10 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 // EndpointMeta is the part of an EndpointRecord that readers listing
 // endpoints need (indexd keeps it for ListEndpoints).
 type EndpointMeta struct {
-	BlockSize  uint32
+	BlockSize uint32
+	// HashMode is the record's hash mode; HashModeEngine for a record
+	// that names none (written before v1.1).
+	HashMode   HashMode
 	LastRecord time.Time
 	Partition  int32
 }
@@ -156,18 +155,29 @@ func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
 	if err := json.Unmarshal(v, &r); err != nil {
 		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
 	}
-	if r.HashMode == "" {
-		r.HashMode = HashModeEngine // written before v1.1
-	}
-	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
-		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
+	mode, err := checkHashMode(r.HashMode)
+	if err != nil {
+		return EndpointMeta{}, err
 	}
 	for name := range r.TierLeases {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
 		}
 	}
-	return EndpointMeta{BlockSize: r.BlockSize, LastRecord: r.LastRecord, Partition: r.Partition}, nil
+	return EndpointMeta{BlockSize: r.BlockSize, HashMode: mode, LastRecord: r.LastRecord, Partition: r.Partition}, nil
+}
+
+// checkHashMode returns a record's hash mode: an absent one (records
+// written before v1.1 named none) is HashModeEngine, an unknown one is
+// ErrMalformedValue.
+func checkHashMode(m HashMode) (HashMode, error) {
+	switch m {
+	case "":
+		return HashModeEngine, nil
+	case HashModeEngine, HashModeToken:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, m)
 }
 
 // OwnerRecord is the value of owners/{topic}/{partition}: the ingester that

@@ -75,6 +75,9 @@ number of replicas; they share nothing but etcd.`,
 	ops.Register(fs)
 	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
+	fs.IntVar(&cfg.MaxMultiModalItems, "max-multimodal-items", indexd.DefaultMaxMultiModalItems, "most multimodal items one token Lookup may carry")
+	fs.IntVar(&cfg.MaxExtraBytes, "max-extra-bytes", indexd.DefaultMaxExtraBytes, "longest LoRA name, cache salt or multimodal item hash of a token Lookup, in bytes")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
 	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
@@ -94,7 +97,7 @@ number of replicas; they share nothing but etcd.`,
 // indexd.Config reads zero as "the default", a flag value must mean what
 // it says.
 var positiveFlags = []string{
-	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
+	"max-hashes", "max-tokens", "max-multimodal-items", "max-extra-bytes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 }

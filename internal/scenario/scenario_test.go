@@ -79,3 +79,58 @@ func TestCompare(t *testing.T) {
 		})
 	}
 }
+
+func TestTokenLookupSteps(t *testing.T) {
+	head := `{"step": "scenario", "name": "t", "hash_mode": "token"}` + "\n"
+	tests := []struct {
+		name, file string
+		want       *Lookup
+		err        bool
+	}{
+		{
+			name: "tokens_with_extras",
+			file: head + `{"step": "lookup", "model": "m", "tokens": [1, 2, 3, 4], "block_size": 2, "lora_name": "l", "cache_salt": "s", "expect": []}`,
+			want: &Lookup{Model: "m", Hashes: []uint64{}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 2, LoRAName: "l", CacheSalt: "s", Expect: []Match{}},
+		},
+		{name: "tokens_in_an_engine_mode_file", file: `{"step": "scenario", "name": "t"}` + "\n" + `{"step": "lookup", "model": "m", "tokens": [1], "block_size": 1}`, err: true},
+		{name: "tokens_without_block_size", file: head + `{"step": "lookup", "model": "m", "tokens": [1]}`, err: true},
+		{name: "tokens_and_hashes", file: head + `{"step": "lookup", "model": "m", "tokens": [1], "block_size": 1, "hashes": ["01"]}`, err: true},
+		{name: "token_out_of_range", file: head + `{"step": "lookup", "model": "m", "tokens": [4294967296], "block_size": 1}`, err: true},
+		{name: "salt_without_tokens", file: head + `{"step": "lookup", "model": "m", "hashes": ["01"], "cache_salt": "s"}`, err: true},
+		{name: "unknown_mode", file: `{"step": "scenario", "name": "t", "hash_mode": "sha"}`, err: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Parse(strings.NewReader(tc.file))
+			if tc.err {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Parse = %v, want ErrMalformed", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.HashMode != HashModeToken {
+				t.Errorf("hash mode %q, want token", s.HashMode)
+			}
+			if diff := cmp.Diff(tc.want, s.Steps[0].Lookup); diff != "" {
+				t.Errorf("lookup (-want +got):\n%s", diff)
+			}
+		})
+	}
+	s, err := Parse(strings.NewReader(`{"step": "scenario", "name": "t"}`))
+	if err != nil || s.HashMode != HashModeEngine {
+		t.Errorf("a file without hash_mode: %q, %v; want engine", s.HashMode, err)
+	}
+}
+
+func TestLookupCheckBlockSize(t *testing.T) {
+	l := &Lookup{Tokens: []uint32{1, 2}, BlockSize: 2, Expect: []Match{{Pod: "a", Blocks: 1}}}
+	if d := l.Check([]Match{{Pod: "a", Blocks: 1, BlockSize: 2}}); d != nil {
+		t.Errorf("matching block size: %v", d)
+	}
+	if d := l.Check([]Match{{Pod: "a", Blocks: 1, BlockSize: 16}}); len(d) != 1 {
+		t.Errorf("another block size: %v, want one difference", d)
+	}
+}

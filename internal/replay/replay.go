@@ -95,16 +95,22 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 				barrier = append(barrier, client.PartitionOffset{Topic: t.Topic, Partition: p, Offset: off})
 			}
 			lctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
-			got, err := t.Index.Lookup(lctx, st.Lookup.Model, st.Lookup.Hashes, client.WithBarrier(timeout, barrier...))
+			var got *client.LookupResult
+			var err error
+			if st.Lookup.Tokens != nil {
+				got, err = t.Index.LookupTokens(lctx, st.Lookup.Model, st.Lookup.Prompt(), client.WithBarrier(timeout, barrier...))
+			} else {
+				got, err = t.Index.Lookup(lctx, st.Lookup.Model, st.Lookup.Hashes, client.WithBarrier(timeout, barrier...))
+			}
 			cancel()
 			if err != nil {
 				return res, fmt.Errorf("%w: line %d: lookup: %v", ErrTarget, st.Line, err)
 			}
 			res.Lookups++
 			actual := Matches(got)
-			if diffs := scenario.Compare(st.Lookup.Expect, actual); diffs != nil {
+			if diffs := st.Lookup.Check(actual); diffs != nil {
 				res.Mismatches = append(res.Mismatches, Mismatch{
-					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Hashes,
+					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Keys(),
 					Expected: st.Lookup.Expect, Actual: actual, Diffs: diffs,
 				})
 			}
@@ -134,7 +140,62 @@ func Matches(r *client.LookupResult) []scenario.Match {
 		for i, t := range m.Tiers {
 			tiers[i] = t.String()
 		}
-		out = append(out, scenario.Match{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: tiers})
+		out = append(out, scenario.Match{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: tiers, BlockSize: m.BlockSize})
 	}
 	return out
+}
+
+// ProbeModel is the model of the record HashMode produces to learn a
+// deployment's hash mode; no scenario uses it.
+const ProbeModel = "kvindex-replay-probe"
+
+// ErrHashMode is wrapped by HashMode's error when a deployment's ingesters
+// run in another hash mode than a scenario's.
+var ErrHashMode = errors.New("replay: the deployment's hash mode differs from the scenario's")
+
+// HashMode learns the hash mode of the deployment t names: it produces a
+// heartbeat of a probe endpoint (model ProbeModel, pod pod), waits until
+// indexd reflects it, reads the endpoint's hash mode from ListEndpoints,
+// and produces a goodbye so the probe leaves no endpoint behind. The
+// answer is scenario.HashModeToken or scenario.HashModeEngine.
+func HashMode(ctx context.Context, t Target, pod string) (string, error) {
+	timeout := t.BarrierTimeout
+	if timeout <= 0 {
+		timeout = DefaultBarrierTimeout
+	}
+	probe := func(kind string) (*kgo.Record, error) {
+		rec := &kgo.Record{Topic: t.Topic, Key: []byte(pod), Headers: []kgo.RecordHeader{{Key: "kind", Value: []byte(kind)}, {Key: "model", Value: []byte(ProbeModel)}}}
+		if err := t.Producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return nil, fmt.Errorf("%w: producing the hash-mode probe: %v", ErrTarget, err)
+		}
+		return rec, nil
+	}
+	rec, err := probe("heartbeat")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _, _ = probe("goodbye") }()
+	lctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	defer cancel()
+	barrier := client.PartitionOffset{Topic: t.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	if _, err := t.Index.Lookup(lctx, ProbeModel, []uint64{0}, client.WithBarrier(timeout, barrier)); err != nil {
+		return "", fmt.Errorf("%w: waiting for the hash-mode probe: %v", ErrTarget, err)
+	}
+	list, err := t.Index.ListEndpoints(lctx, ProbeModel)
+	if err != nil {
+		return "", fmt.Errorf("%w: listing the hash-mode probe: %v", ErrTarget, err)
+	}
+	for _, ep := range list.Endpoints {
+		if ep.Endpoint.Pod != pod {
+			continue
+		}
+		switch ep.HashMode {
+		case client.HashModeToken:
+			return scenario.HashModeToken, nil
+		case client.HashModeEngine:
+			return scenario.HashModeEngine, nil
+		}
+		return "", fmt.Errorf("%w: the probe endpoint reports hash mode %v", ErrTarget, ep.HashMode)
+	}
+	return "", fmt.Errorf("%w: the hash-mode probe is not listed", ErrTarget)
 }

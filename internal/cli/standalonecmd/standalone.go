@@ -17,6 +17,7 @@ import (
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/stack"
 )
 
@@ -30,6 +31,7 @@ type flags struct {
 	topic       string
 	partitions  int32
 	liveness    time.Duration
+	hashMode    string
 }
 
 // flagOf names the flag that sets each component's address, for errors.
@@ -71,6 +73,7 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
 	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
+	fs.StringVar(&f.hashMode, "hash-mode", string(keyspace.HashModeToken), "block keys: token (kvindex's canonical key of each block's tokens) or engine (the engine's own hash)")
 	return cmd
 }
 
@@ -79,10 +82,14 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	if err != nil {
 		return err
 	}
+	mode, err := keyspace.ParseHashMode(f.hashMode)
+	if err != nil {
+		return fmt.Errorf("--hash-mode: %w", err)
+	}
 	s, err := stack.Start(ctx, stack.Config{
 		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
 		Topic: f.topic, Partitions: f.partitions, Logger: log,
-		Ingester: func(c *ingester.Config) { c.LivenessWindow = f.liveness },
+		Ingester: func(c *ingester.Config) { c.LivenessWindow, c.HashMode = f.liveness, mode },
 	})
 	var ae *stack.AddrError
 	if errors.As(err, &ae) {

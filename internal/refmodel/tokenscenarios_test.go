@@ -25,14 +25,21 @@ const tokenDemoModel = "org/token-demo"
 
 // scenarioWriter builds one token-mode scenario file, line by line.
 type scenarioWriter struct {
-	t   *testing.T
+	t     *testing.T
+	model string
 	buf bytes.Buffer
 	seq map[string]uint64
 	ts  float64
 }
 
 func newScenario(t *testing.T, name, summary string) *scenarioWriter {
-	w := &scenarioWriter{t: t, seq: map[string]uint64{}, ts: 1.7e9}
+	// Each scenario has a model of its own, so several can be replayed
+	// into one deployment.
+	model := tokenDemoModel
+	if name[:3] != "t01" {
+		model += "-" + name[:3]
+	}
+	w := &scenarioWriter{t: t, model: model, seq: map[string]uint64{}, ts: 1.7e9}
 	w.line(struct {
 		Step     string `json:"step"`
 		Name     string `json:"name"`
@@ -74,7 +81,7 @@ func (w *scenarioWriter) publishValue(pod, describe string, seq uint64, v []byte
 		Headers  map[string]string `json:"headers"`
 		ValueB64 string            `json:"value_b64"`
 		Describe string            `json:"describe"`
-	}{"publish", pod, map[string]string{"model": tokenDemoModel, "seq": strconv.FormatUint(seq, 10)}, base64.StdEncoding.EncodeToString(v), describe})
+	}{"publish", pod, map[string]string{"model": w.model, "seq": strconv.FormatUint(seq, 10)}, base64.StdEncoding.EncodeToString(v), describe})
 }
 
 type tokenLookup struct {
@@ -92,7 +99,7 @@ func (w *scenarioWriter) lookup(describe string, p client.TokenPrompt, expect ..
 	if expect == nil {
 		expect = []scenario.Match{}
 	}
-	w.line(tokenLookup{"lookup", describe, tokenDemoModel, p.TokenIDs, demoBlockSize, p.LoRAName, p.CacheSalt, expect})
+	w.line(tokenLookup{"lookup", describe, w.model, p.TokenIDs, demoBlockSize, p.LoRAName, p.CacheSalt, expect})
 }
 
 const demoBlockSize = 4

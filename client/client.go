@@ -194,6 +194,7 @@ type options struct {
 	timeout     time.Duration
 	maxAttempts int
 	dialOpts    []grpc.DialOption
+	tls         tlsOptions
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
@@ -214,8 +215,9 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = min(max(n, 1), 5) }
 }
 
-// WithDialOptions adds gRPC dial options, for example transport
-// credentials (the default is plaintext, as indexd serves by default).
+// WithDialOptions adds gRPC dial options. Transport credentials given here
+// take the place of the WithTLS options' (the default is plaintext, as
+// indexd serves by default).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
@@ -232,7 +234,8 @@ var staticSeq atomic.Uint64
 //
 // Calls are balanced round-robin over the resolved replicas and retried on
 // UNAVAILABLE only. New does not connect; the first call does. It errors
-// for an empty target.
+// for an empty target, and for TLS files (WithTLSCAFile,
+// WithTLSCertFiles) it cannot load.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts}
 	for _, opt := range opts {
@@ -245,6 +248,13 @@ func New(target string, opts ...Option) (*Client, error) {
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig(o.maxAttempts)),
+	}
+	creds, err := o.tls.dialOption()
+	if err != nil {
+		return nil, err
+	}
+	if creds != nil {
+		dial = append(dial, creds)
 	}
 	dial = append(dial, o.dialOpts...)
 	if !strings.Contains(target, "://") && strings.Contains(target, ",") {

@@ -49,4 +49,13 @@
 // ListEndpoints walks the server's pages (ListEndpointsPage gives one at a
 // time), so it works for any number of endpoints; each page reflects its
 // own revision (EndpointList says which).
+//
+// # TLS
+//
+// The client speaks plaintext unless a TLS option is given. WithTLSCAFile
+// verifies indexd against a CA bundle (WithTLS alone: the system roots),
+// WithTLSCertFiles presents a client certificate to an indexd that
+// requires one (--tls-client-ca-file), re-reading the files when they
+// change, and WithTLSServerName sets the name the server's certificate
+// must carry. A refused handshake fails calls with ErrUnavailable.
 package client

@@ -50,7 +50,10 @@ func servingIndexd(t *testing.T, cli *clientv3.Client) string {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	// indexd lists each of the endpoints' blocks/ ranges before it serves:
+	// 20,000 ranged Gets, which take tens of seconds under -race on a
+	// loaded 2-core machine.
+	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer wcancel()
 	stream, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{})
 	if err != nil {

@@ -1,6 +1,7 @@
 package indexd
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -76,6 +77,24 @@ type Config struct {
 	// free port (Server.Addr says which). Default DefaultListenAddr; empty
 	// means the default.
 	ListenAddr string
+
+	// TLS, when set, is the gRPC API's server TLS config (for example
+	// from internal/tlsfiles, which reloads rotated files; a config whose
+	// ClientAuth requires a verified certificate makes it mutual TLS).
+	// Default nil: plaintext. It never applies to the health port.
+	TLS *tls.Config
+	// DisableReflection leaves gRPC server reflection off the API port.
+	// Default false: reflection is served, so grpcurl needs no .proto.
+	DisableReflection bool
+	// HealthListener, when set, is a second port serving only the gRPC
+	// health service (grpc.health.v1), always in plaintext: kubelet's
+	// gRPC probe speaks no TLS. New takes ownership and Run closes it.
+	// Default nil: New listens on HealthListenAddr if that is set.
+	HealthListener net.Listener
+	// HealthListenAddr is the health port's host:port when HealthListener
+	// is nil; port 0 picks a free port (Server.HealthAddr says which).
+	// Default empty: no health port (health stays on the API port too).
+	HealthListenAddr string
 
 	// MaxHashes bounds LookupRequest.block_hashes; more is
 	// INVALID_ARGUMENT. Default 8192; zero means the default.

@@ -135,8 +135,12 @@ type Config struct {
 	// least 4 KiB.
 	MapRebuildPageBytes int
 
-	// Mediums maps engine medium strings to tiers. Nil means
-	// events.DefaultMediums().
+	// Mediums maps engine medium strings to tiers, matched
+	// case-insensitively (DESIGN v1.1). Nil means events.DefaultMediums().
+	// Validate refuses a map that gives two spellings of one name
+	// different tiers, or a name no real tier. Its fingerprint is stored
+	// in every endpoint record; changing the map drops each endpoint
+	// written under the old one before its next record applies.
 	Mediums events.MediumMap
 	// Registry receives the ingester's metrics. Nil means a private
 	// registry nobody scrapes.
@@ -276,6 +280,11 @@ func (c *Config) Validate() error {
 	}
 	if err := keyspace.ValidateName("topic", c.Topic); err != nil {
 		return bad("Topic: %v", err)
+	}
+	if c.Mediums != nil {
+		if err := c.Mediums.Validate(); err != nil {
+			return bad("Mediums: %v", err)
+		}
 	}
 	if err := keyspace.ValidateName("group", c.Group); err != nil {
 		return bad("Group: %v", err)

@@ -7,7 +7,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -55,6 +57,9 @@ func TestConfigValidate(t *testing.T) {
 		{"one_map_entry", func(c *Config) { c.MaxMapEntries = 1 }, true},
 		{"rebuild_page_too_small", func(c *Config) { c.MapRebuildPageBytes = 4<<10 - 1 }, false},
 		{"rebuild_page_smallest", func(c *Config) { c.MapRebuildPageBytes = 4 << 10 }, true},
+		{"mediums_extended", func(c *Config) { c.Mediums = events.DefaultMediums(); c.Mediums["hbm"] = tier.GPU }, true},
+		{"mediums_two_spellings_two_tiers", func(c *Config) { c.Mediums = events.MediumMap{"Disk": tier.Disk, "DISK": tier.CPU} }, false},
+		{"medium_on_no_tier", func(c *Config) { c.Mediums = events.MediumMap{"HBM": tier.Unknown} }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

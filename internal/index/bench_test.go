@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/client"
-	"github.com/kvindex/kvindex/internal/bench/paired"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

@@ -210,17 +210,20 @@ func TestOffsetValues(t *testing.T) {
 
 func TestRecordsRoundTrip(t *testing.T) {
 	seq := uint64(41)
+	group := int64(3)
 	rec := EndpointRecord{
-		BlockSize:   16,
-		HashMode:    HashModeEngine,
-		Seq:         &seq,
-		BatchTS:     1733000000.25,
-		Incarnation: "engine-1",
-		LastRecord:  time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC),
-		Topic:       "kvindex-events",
-		Partition:   3,
-		Lease:       0x694d7b3c5c2b1e04,
-		TierLeases:  map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
+		AttentionGroup: &group,
+		MediumMap:      "0123456789abcdef",
+		BlockSize:      16,
+		HashMode:       HashModeEngine,
+		Seq:            &seq,
+		BatchTS:        1733000000.25,
+		Incarnation:    "engine-1",
+		LastRecord:     time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC),
+		Topic:          "kvindex-events",
+		Partition:      3,
+		Lease:          0x694d7b3c5c2b1e04,
+		TierLeases:     map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
 	}
 	b, err := rec.Marshal()
 	if err != nil {
@@ -239,7 +242,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if got.Shards(tier.GPU)[0].Keys != 10 || got.Shards(tier.CPU) != nil {
 		t.Fatalf("Shards = %v / %v", got.Shards(tier.GPU), got.Shards(tier.CPU))
 	}
-	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`} {
+	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`} {
 		if _, err := UnmarshalEndpointRecord([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
 			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
 		}

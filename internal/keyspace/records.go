@@ -86,6 +86,15 @@ type EndpointRecord struct {
 	// shards its block keys are attached to, oldest first; new keys go to
 	// the last shard.
 	TierLeases map[string][]LeaseShard `json:"tier_leases,omitempty"`
+	// AttentionGroup is the KV-cache group the endpoint indexes, fixed by
+	// its first attention store (DESIGN v1.1 "Event wire format"); nil
+	// while it indexes group 0 provisionally.
+	AttentionGroup *int64 `json:"attention_group,omitempty"`
+	// MediumMap is the fingerprint of the medium map the endpoint's keys
+	// were written under (events.MediumMap.Fingerprint); empty in records
+	// written before v1.1. An ingester whose map has another fingerprint
+	// drops the endpoint before its next record applies.
+	MediumMap string `json:"medium_map,omitempty"`
 }
 
 // Shards returns the lease shards of tier t (nil when none).
@@ -117,6 +126,9 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
 		}
+	}
+	if r.AttentionGroup != nil && *r.AttentionGroup < 0 {
+		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: attention_group %d is negative", ErrMalformedValue, *r.AttentionGroup)
 	}
 	return r, nil
 }

@@ -39,12 +39,14 @@ type conn struct {
 	index   string
 	output  string
 	timeout time.Duration
+	tls     common.ClientTLS
 }
 
 func (c *conn) register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&c.index, "index", common.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
 	fs.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of "+what)
+	c.tls.Register(fs)
 }
 
 // check validates the shared flags.
@@ -61,7 +63,11 @@ func (c *conn) check(fs *pflag.FlagSet) error {
 // client returns a client whose calls, each bounded by --timeout, run
 // under the returned context, which --timeout bounds as a whole.
 func (c *conn) client(ctx context.Context) (*client.Client, context.Context, context.CancelFunc, error) {
-	cl, err := client.New(c.index, client.WithTimeout(c.timeout))
+	opts, err := c.tls.Options()
+	if err != nil {
+		return nil, nil, nil, usagef("%v", err)
+	}
+	cl, err := client.New(c.index, append(opts, client.WithTimeout(c.timeout))...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

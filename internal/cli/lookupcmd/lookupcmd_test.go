@@ -21,8 +21,10 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/internal/tlsfiles"
 	"github.com/spf13/cobra"
 
 	"google.golang.org/grpc"
@@ -82,7 +84,11 @@ func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op
 			t.Error(err)
 		}
 	})
-	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	healthAddr := srv.Addr()
+	if h := srv.HealthAddr(); h != nil {
+		healthAddr = h // the API port may require TLS; the health port never does
+	}
+	conn, err := grpc.NewClient(healthAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -449,5 +455,42 @@ func TestLookupTokensCommand(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCommandsTLSFlags runs lookup and endpoints against an indexd that
+// requires client certificates: with --tls-ca-file, --tls-cert-file,
+// --tls-key-file (and --tls-server-name for the name the certificate
+// carries) they answer; without a certificate, or in plaintext, they are
+// refused; half a key pair is a usage error.
+func TestCommandsTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, dir, "kvindex")
+	srv := ca.Issue(t, "indexd", "indexd.kvindex.svc")
+	op := ca.Issue(t, "operator")
+	tlsCfg, err := tlsfiles.Server(tlsfiles.ServerFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.File}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startIndexWith(t, func(c *indexd.Config) { c.TLS, c.HealthListenAddr = tlsCfg, "127.0.0.1:0" })
+	good := []string{"--index", addr, "--timeout", "3s", "--tls-ca-file", ca.File, "--tls-cert-file", op.CertFile, "--tls-key-file", op.KeyFile, "--tls-server-name", "indexd.kvindex.svc"}
+	out, err := run(t, NewEndpointsCommand, good...)
+	if err != nil || !strings.Contains(out, "2 endpoints") {
+		t.Fatalf("endpoints over mutual TLS: %v\n%s", err, out)
+	}
+	out, err = run(t, NewCommand, append(good, "--model", model, "e5068d13bba8906f")...)
+	if err != nil || !strings.Contains(out, "vllm-0") {
+		t.Fatalf("lookup over mutual TLS: %v\n%s", err, out)
+	}
+	for name, args := range map[string][]string{
+		"plaintext":      {"--index", addr, "--timeout", "2s"},
+		"no_certificate": {"--index", addr, "--timeout", "2s", "--tls-ca-file", ca.File, "--tls-server-name", "indexd.kvindex.svc"},
+	} {
+		if out, err := run(t, NewEndpointsCommand, args...); !errors.Is(err, client.ErrUnavailable) {
+			t.Errorf("%s: endpoints = %v, want ErrUnavailable\n%s", name, err, out)
+		}
+	}
+	if _, err := run(t, NewEndpointsCommand, "--index", addr, "--tls-cert-file", op.CertFile); !errors.Is(err, errUsage) {
+		t.Errorf("--tls-cert-file without --tls-key-file: %v, want a usage error", err)
 	}
 }

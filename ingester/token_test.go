@@ -450,3 +450,40 @@ func TestMapCapDropsLargestEndpoint(t *testing.T) {
 		t.Errorf("map_entries = %v, want 2", got)
 	}
 }
+
+// TestTokenModeTierClearAndGroupChange: a tier clear forgets the entries
+// only that tier held (a placeholder of one is unknown afterwards) and
+// keeps the others; the switch from provisional group 0 to an attention
+// group drops the endpoint's blocks and its whole map.
+func TestTokenModeTierClearAndGroupChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-tier"})
+	tr := startToken(t, e, "tok-tier", "/kvindex/tok-tier/", nil)
+	p := &tokenPod{pod: "p"}
+	toks := tokenIDs(8, 3)
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks)}, 4)
+	tr.send(t, ctx, p.batch(t,
+		stored([]uint64{1, 2}, 0, toks, 4, "GPU"),
+		stored([]uint64{2}, 0, nil, 0, "CPU"),
+		events.Event{Type: events.TierBlocksCleared, Medium: "GPU"},
+		stored([]uint64{1, 2}, 0, nil, 0, "DISK"), // 1 only gpu held: unknown now; 2 lives on cpu
+	))
+	want := map[keyspace.Block]string{block("p", tier.CPU, keys[1]): hex16(2), block("p", tier.Disk, keys[1]): hex16(2)}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("after the tier clear (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(unkeyedPlaceholder)); got != 1 {
+		t.Errorf("unknown placeholders = %v, want 1", got)
+	}
+
+	attention := stored([]uint64{9}, 0, toks[:4], 4, "GPU")
+	attention.GroupIdx, attention.KVCacheSpecKind = 3, events.KindFullAttention
+	tr.send(t, ctx, p.batch(t, attention))
+	// The group change dropped group 0's blocks (their map entries with
+	// them, applier.drop): only the attention group's block is left.
+	want = map[keyspace.Block]string{block("p", tier.GPU, keys[0]): hex16(9)}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("after the group change (-want +got):\n%s", diff)
+	}
+}

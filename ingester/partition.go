@@ -212,6 +212,7 @@ func (w *worker) release() {
 	}
 	w.leases.release(ids...)
 	w.m.lag.DeleteLabelValues(partitionLabel(w.p.Partition))
+	w.m.mapEntries.DeleteLabelValues(partitionLabel(w.p.Partition))
 }
 
 // resetTo restarts the partition at start, the log start, after its

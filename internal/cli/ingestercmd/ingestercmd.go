@@ -56,6 +56,9 @@ effect in fenced, bounded transactions that carry the partition's offset
 	c := &f.cfg
 	fs.StringVar(&c.Group, "group", contract.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
+	fs.StringVar((*string)(&c.HashMode), "hash-mode", string(c.HashMode), "block keys: token (kvindex's canonical key of each block's tokens, so routers need no engine hasher) or engine (the engine's own hash); recorded in every endpoint record")
+	fs.IntVar(&c.MaxMapEntries, "max-map-entries", c.MaxMapEntries, "token mode: most engine hash -> key entries per partition (about 50 bytes each); past it the endpoint with the most is dropped as by resync")
+	fs.IntVar(&c.MapRebuildPageBytes, "map-rebuild-page-bytes", c.MapRebuildPageBytes, "token mode: most bytes of one etcd page when a new owner rebuilds the maps from block values")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout (the brokers must allow it)")

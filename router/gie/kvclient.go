@@ -22,6 +22,7 @@ type IndexError struct {
 	Err  error
 }
 
+// Error names the kind and the client's error.
 func (e *IndexError) Error() string { return "kvindex lookup (" + e.Kind + "): " + e.Err.Error() }
 
 // Unwrap returns the client's error.

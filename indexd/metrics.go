@@ -23,7 +23,7 @@ type metrics struct {
 
 // newMetrics builds the metrics and registers them, with gauges that read
 // the current index through cur, on reg (when non-nil).
-func newMetrics(reg *prometheus.Registry, cur func() *index.Index) *metrics {
+func newMetrics(reg prometheus.Registerer, cur func() *index.Index) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_requests_total",

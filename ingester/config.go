@@ -12,14 +12,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // Defaults of Config (DESIGN "Writes").
 const (
-	DefaultTopic            = "kvindex-events"
-	DefaultGroup            = "kvindex-ingester"
+	DefaultTopic            = contract.DefaultTopic
+	DefaultGroup            = contract.DefaultGroup
 	DefaultMaxTxnOps        = 128
 	DefaultMaxTxnBytes      = 1 << 20
 	DefaultWindowRecords    = 1024
@@ -78,9 +79,11 @@ type Config struct {
 	// DefaultMaxTxnsInFlight; at least 1.
 	MaxTxnsInFlight int
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
-	// queued for one partition's worker; the consume loop waits for the
-	// worker beyond it, which holds up every partition of this member.
-	// Default DefaultQueueBytes (16 MiB); at least 64 KiB.
+	// queued for one partition's worker. Beyond it the consume loop pauses
+	// fetching that partition and holds what it already fetched for it
+	// (what was in flight when it paused) until the worker catches up; the
+	// member's other partitions go on. Default DefaultQueueBytes (16 MiB);
+	// at least 64 KiB.
 	QueueBytes int
 
 	// LeaseTTL is the TTL of every lease the ingester grants, a whole
@@ -111,11 +114,15 @@ type Config struct {
 	// window. Default DefaultRebalanceTimeout (30 s); must be positive.
 	RebalanceTimeout time.Duration
 
-	// Mediums maps engine medium strings to tiers. Nil means
-	// events.DefaultMediums().
+	// Mediums maps engine medium strings to tiers, matched
+	// case-insensitively (DESIGN v1.1). Nil means events.DefaultMediums().
+	// Validate refuses a map that gives two spellings of one name
+	// different tiers, or a name no real tier. Its fingerprint is stored
+	// in every endpoint record; changing the map drops each endpoint
+	// written under the old one before its next record applies.
 	Mediums events.MediumMap
-	// Registry receives the ingester's metrics. Nil means a private
-	// registry nobody scrapes.
+	// Registry receives the ingester's metrics (kvindex_ingester_*). Nil
+	// means they are kept but registered nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs. Nil discards them.
 	Logger *slog.Logger
@@ -123,9 +130,10 @@ type Config struct {
 	// caught up (DESIGN semantics 8). Nil means the real clock. Lease
 	// keepalives always use real time: etcd expires leases in real time.
 	Clock clockwork.Clock
-	// KafkaOpts are appended to the Kafka client's options (tests, TLS,
-	// SASL). The ingester's own consumer-group options come first.
-	KafkaOpts []kgo.Opt
+	// KafkaOptions are extra franz-go client options (tests, TLS, SASL),
+	// applied after the ingester's own consumer-group options. Default
+	// none.
+	KafkaOptions []kgo.Opt
 
 	// OnAssigned, when set, is called with the partitions this member owns
 	// after every assignment change. It must return quickly.
@@ -243,6 +251,11 @@ func (c *Config) Validate() error {
 	}
 	if err := keyspace.ValidateName("topic", c.Topic); err != nil {
 		return bad("Topic: %v", err)
+	}
+	if c.Mediums != nil {
+		if err := c.Mediums.Validate(); err != nil {
+			return bad("Mediums: %v", err)
+		}
 	}
 	if err := keyspace.ValidateName("group", c.Group); err != nil {
 		return bad("Group: %v", err)

@@ -135,7 +135,8 @@ func (in *Ingester) Partitions() []int32 {
 // claiming, a BeforeTxn hook error), which it returns; a fenced partition
 // is not fatal. Shutdown order: stop polling, stop the workers (their open
 // windows are abandoned, a successor replays them), leave the group, stop
-// renewing leases.
+// renewing leases; meanwhile, from the moment ctx ends, the registration
+// revokes its own lease (so ingesters/{ID} goes at once).
 func (in *Ingester) Run(ctx context.Context) error {
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)
@@ -159,7 +160,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 		// own component instead of the ingester's.
 		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
-	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
+	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOptions...)...)
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}

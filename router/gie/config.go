@@ -1,0 +1,303 @@
+package gie
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// PrepareDataBudget is the GIE director's fixed budget for all PrepareData
+// plugins of a request together (prepareDataTimeout in
+// pkg/epp/requestcontrol/director.go, v1.5.0). The producer's
+// tokenizeTimeout plus lookupTimeout must stay below it.
+const PrepareDataBudget = 400 * time.Millisecond
+
+// Fallback modes (ProducerParams.Fallback).
+const (
+	// FallbackApproximate leaves the approximate producer's attribute in
+	// place when kvindex cannot answer. The default.
+	FallbackApproximate = "approximate"
+	// FallbackNone writes zero matches on every candidate instead.
+	FallbackNone = "none"
+)
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("150ms", "2s").
+type Duration time.Duration
+
+// UnmarshalJSON parses a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("a duration is a string such as \"150ms\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// MarshalJSON writes the duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// ModelMapping maps a request's model to what kvindex knows: the model
+// name the bridge publishes under, and the LoRA adapter.
+type ModelMapping struct {
+	// Match is the request's target model (after GIE's model rewrites).
+	Match string `json:"match"`
+	// Model is the kvindex model; empty means Match itself.
+	Model string `json:"model,omitempty"`
+	// LoRA is the adapter name vLLM folds into block hashes; empty for
+	// the base model.
+	LoRA string `json:"lora,omitempty"`
+}
+
+// TokenizerParams are the producer's tokenizer settings.
+type TokenizerParams struct {
+	// URL is a fixed tokenize endpoint; empty (default) asks a candidate
+	// model server's Path.
+	URL string `json:"url,omitempty"`
+	// Scheme and Path on a candidate model server. Defaults "http",
+	// "/tokenize".
+	Scheme string `json:"scheme,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// MaxResponseBytes bounds an answer. Default 8 MiB.
+	MaxResponseBytes int64 `json:"maxResponseBytes,omitempty"`
+}
+
+// ProducerParams are the parameters of kvindex-prefix-cache-producer, as
+// written in the EndpointPickerConfig (docs/router.md lists them with
+// their defaults). Unknown fields are an error.
+type ProducerParams struct {
+	// Target is indexd's gRPC target (client.New's forms: "dns:///host:port",
+	// "host:port" or a comma-separated list). Required.
+	Target string `json:"target"`
+	// CAFile, CertFile, KeyFile and ServerName configure TLS to indexd:
+	// CAFile turns TLS on (the CA that signed indexd's certificate),
+	// CertFile and KeyFile add a client certificate (mTLS), ServerName
+	// overrides the name checked. All empty: plaintext.
+	CAFile     string `json:"caFile,omitempty"`
+	CertFile   string `json:"certFile,omitempty"`
+	KeyFile    string `json:"keyFile,omitempty"`
+	ServerName string `json:"serverName,omitempty"`
+	// Models maps request models; a model not listed is looked up under
+	// its own name with no LoRA.
+	Models []ModelMapping `json:"models,omitempty"`
+	// PodIdentity, Ranks and RankPortStride map endpoints to kvindex pod
+	// identities (IdentityMapper). Defaults address-port, suffix, 1.
+	PodIdentity    string `json:"podIdentity,omitempty"`
+	Ranks          string `json:"ranks,omitempty"`
+	RankPortStride int    `json:"rankPortStride,omitempty"`
+	// TokenizeTimeout bounds one tokenize call. Default 150ms.
+	TokenizeTimeout Duration `json:"tokenizeTimeout,omitempty"`
+	// LookupTimeout bounds one Lookup. Default 100ms.
+	LookupTimeout Duration `json:"lookupTimeout,omitempty"`
+	// Tokenizer settings.
+	Tokenizer TokenizerParams `json:"tokenizer,omitzero"`
+	// BlockSize is the block size assumed for endpoints the index does not
+	// match, and the speculative entries' block size. Default 16.
+	BlockSize int `json:"blockSize,omitempty"`
+	// MaxPromptTokens caps the tokens looked up. Default 65536.
+	MaxPromptTokens int `json:"maxPromptTokens,omitempty"`
+	// SpeculativeTTL is how long a chosen endpoint's prompt blocks are
+	// remembered; "0s" turns speculative entries off. Default 2s.
+	SpeculativeTTL *Duration `json:"speculativeTTL,omitempty"`
+	// SpeculativeMaxEntries bounds the remembered (block, endpoint)
+	// entries. Default 200000 (a few MB).
+	SpeculativeMaxEntries int `json:"speculativeMaxEntries,omitempty"`
+	// Fallback is approximate (default) or none.
+	Fallback string `json:"fallback,omitempty"`
+	// FallbackLogInterval is the least time between two fallback log
+	// lines (the counter counts all). Default 10s.
+	FallbackLogInterval Duration `json:"fallbackLogInterval,omitempty"`
+}
+
+// Defaults of the producer's parameters.
+const (
+	DefaultTokenizeTimeout       = 150 * time.Millisecond
+	DefaultLookupTimeout         = 100 * time.Millisecond
+	DefaultSpeculativeTTL        = 2 * time.Second
+	DefaultSpeculativeMaxEntries = 200000
+	DefaultFallbackLogInterval   = 10 * time.Second
+)
+
+// ParseProducerParams decodes raw strictly (unknown fields are an error),
+// fills in the defaults and validates. A nil or empty raw is an error: the
+// target is required.
+func ParseProducerParams(raw json.RawMessage) (ProducerParams, error) {
+	var p ProducerParams
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return p, fmt.Errorf("%w: parameters are required (at least target)", ErrInvalidConfig)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return p, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	p.fillDefaults()
+	return p, p.Validate()
+}
+
+func (p *ProducerParams) fillDefaults() {
+	if p.TokenizeTimeout == 0 {
+		p.TokenizeTimeout = Duration(DefaultTokenizeTimeout)
+	}
+	if p.LookupTimeout == 0 {
+		p.LookupTimeout = Duration(DefaultLookupTimeout)
+	}
+	td := DefaultTokenizerConfig()
+	if p.Tokenizer.Scheme == "" {
+		p.Tokenizer.Scheme = td.Scheme
+	}
+	if p.Tokenizer.Path == "" {
+		p.Tokenizer.Path = td.Path
+	}
+	if p.Tokenizer.MaxResponseBytes == 0 {
+		p.Tokenizer.MaxResponseBytes = td.MaxResponseBytes
+	}
+	md := DefaultMatcherConfig()
+	if p.BlockSize == 0 {
+		p.BlockSize = md.BlockSize
+	}
+	if p.MaxPromptTokens == 0 {
+		p.MaxPromptTokens = md.MaxPromptTokens
+	}
+	if p.SpeculativeTTL == nil {
+		d := Duration(DefaultSpeculativeTTL)
+		p.SpeculativeTTL = &d
+	}
+	if p.SpeculativeMaxEntries == 0 {
+		p.SpeculativeMaxEntries = DefaultSpeculativeMaxEntries
+	}
+	if p.Fallback == "" {
+		p.Fallback = FallbackApproximate
+	}
+	if p.FallbackLogInterval == 0 {
+		p.FallbackLogInterval = Duration(DefaultFallbackLogInterval)
+	}
+}
+
+// Validate reports the first parameter out of range.
+func (p ProducerParams) Validate() error {
+	if p.Target == "" {
+		return fmt.Errorf("%w: target is required", ErrInvalidConfig)
+	}
+	if (p.CertFile == "") != (p.KeyFile == "") {
+		return fmt.Errorf("%w: certFile and keyFile go together", ErrInvalidConfig)
+	}
+	if p.CertFile != "" && p.CAFile == "" {
+		return fmt.Errorf("%w: certFile needs caFile (TLS)", ErrInvalidConfig)
+	}
+	if p.ServerName != "" && p.CAFile == "" {
+		return fmt.Errorf("%w: serverName needs caFile (TLS)", ErrInvalidConfig)
+	}
+	seen := map[string]bool{}
+	for i, m := range p.Models {
+		if m.Match == "" {
+			return fmt.Errorf("%w: models[%d].match is empty", ErrInvalidConfig, i)
+		}
+		if seen[m.Match] {
+			return fmt.Errorf("%w: models[%d].match %q repeats", ErrInvalidConfig, i, m.Match)
+		}
+		seen[m.Match] = true
+	}
+	if err := p.identityMapper().Validate(); err != nil {
+		return err
+	}
+	tt, lt := time.Duration(p.TokenizeTimeout), time.Duration(p.LookupTimeout)
+	if tt <= 0 || lt <= 0 {
+		return fmt.Errorf("%w: tokenizeTimeout (%v) and lookupTimeout (%v) must be positive", ErrInvalidConfig, tt, lt)
+	}
+	if tt+lt >= PrepareDataBudget {
+		return fmt.Errorf("%w: tokenizeTimeout (%v) + lookupTimeout (%v) must stay below the director's PrepareData budget (%v)",
+			ErrInvalidConfig, tt, lt, PrepareDataBudget)
+	}
+	if err := p.tokenizerConfig().Validate(); err != nil {
+		return err
+	}
+	if err := p.matcherConfig().Validate(); err != nil {
+		return err
+	}
+	if *p.SpeculativeTTL < 0 || p.SpeculativeMaxEntries < 0 {
+		return fmt.Errorf("%w: speculativeTTL and speculativeMaxEntries must not be negative", ErrInvalidConfig)
+	}
+	if p.Fallback != FallbackApproximate && p.Fallback != FallbackNone {
+		return fmt.Errorf("%w: fallback %q: want %s or %s", ErrInvalidConfig, p.Fallback, FallbackApproximate, FallbackNone)
+	}
+	if p.FallbackLogInterval < 0 {
+		return fmt.Errorf("%w: fallbackLogInterval must not be negative", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (p ProducerParams) identityMapper() IdentityMapper {
+	return IdentityMapper{PodIdentity: p.PodIdentity, Ranks: p.Ranks, RankPortStride: p.RankPortStride}
+}
+
+func (p ProducerParams) tokenizerConfig() TokenizerConfig {
+	return TokenizerConfig{URL: p.Tokenizer.URL, Scheme: p.Tokenizer.Scheme, Path: p.Tokenizer.Path, MaxResponseBytes: p.Tokenizer.MaxResponseBytes}
+}
+
+func (p ProducerParams) matcherConfig() MatcherConfig {
+	return MatcherConfig{BlockSize: p.BlockSize, LookupTimeout: time.Duration(p.LookupTimeout), MaxPromptTokens: p.MaxPromptTokens}
+}
+
+// mapModel returns the kvindex model and LoRA for a request's model.
+func (p ProducerParams) mapModel(requestModel string) (model, lora string) {
+	for _, m := range p.Models {
+		if m.Match == requestModel {
+			if m.Model == "" {
+				return requestModel, m.LoRA
+			}
+			return m.Model, m.LoRA
+		}
+	}
+	return requestModel, ""
+}
+
+// TierScorerParams are the parameters of kvindex-tier-scorer: the weight
+// of a matched block by its tier. Defaults gpu 1.0, cpu 0.8, disk 0.5;
+// each must lie in [0, 1]. Unknown fields are an error.
+type TierScorerParams struct {
+	GPU  *float64 `json:"gpu,omitempty"`
+	CPU  *float64 `json:"cpu,omitempty"`
+	Disk *float64 `json:"disk,omitempty"`
+}
+
+// TierWeights are the resolved weights.
+type TierWeights struct{ GPU, CPU, Disk float64 }
+
+// DefaultTierWeights are gpu 1.0, cpu 0.8, disk 0.5.
+func DefaultTierWeights() TierWeights { return TierWeights{GPU: 1, CPU: 0.8, Disk: 0.5} }
+
+// ParseTierScorerParams decodes raw strictly (nil or empty: the defaults)
+// and validates.
+func ParseTierScorerParams(raw json.RawMessage) (TierWeights, error) {
+	w := DefaultTierWeights()
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return w, nil
+	}
+	var p TierScorerParams
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return w, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	for _, f := range []struct {
+		name string
+		v    *float64
+		dst  *float64
+	}{{"gpu", p.GPU, &w.GPU}, {"cpu", p.CPU, &w.CPU}, {"disk", p.Disk, &w.Disk}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 || *f.v > 1 {
+			return w, fmt.Errorf("%w: tier weight %s %v outside [0, 1]", ErrInvalidConfig, f.name, *f.v)
+		}
+		*f.dst = *f.v
+	}
+	return w, nil
+}

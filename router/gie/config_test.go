@@ -1,0 +1,95 @@
+package gie
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseProducerParamsDefaults(t *testing.T) {
+	p, err := ParseProducerParams([]byte(`{"target":"dns:///indexd:50051"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ttl := Duration(2 * time.Second)
+	want := ProducerParams{
+		Target:                "dns:///indexd:50051",
+		TokenizeTimeout:       Duration(150 * time.Millisecond),
+		LookupTimeout:         Duration(100 * time.Millisecond),
+		Tokenizer:             TokenizerParams{Scheme: "http", Path: "/tokenize", MaxResponseBytes: 8 << 20},
+		BlockSize:             16,
+		MaxPromptTokens:       65536,
+		SpeculativeTTL:        &ttl,
+		SpeculativeMaxEntries: 200000,
+		Fallback:              FallbackApproximate,
+		FallbackLogInterval:   Duration(10 * time.Second),
+	}
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("defaults (-want +got):\n%s", diff)
+	}
+	if got, lora := p.mapModel("m"); got != "m" || lora != "" {
+		t.Errorf("identity model mapping = %q %q", got, lora)
+	}
+}
+
+func TestParseProducerParamsMapping(t *testing.T) {
+	p, err := ParseProducerParams([]byte(`{"target":"x:1","models":[{"match":"sql-lora","model":"llama","lora":"sql"},{"match":"llama"}],
+		"speculativeTTL":"0s","fallback":"none","podIdentity":"pod-name","ranks":"none"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ in, model, lora string }{{"sql-lora", "llama", "sql"}, {"llama", "llama", ""}, {"other", "other", ""}} {
+		if m, l := p.mapModel(tc.in); m != tc.model || l != tc.lora {
+			t.Errorf("mapModel(%q) = %q %q, want %q %q", tc.in, m, l, tc.model, tc.lora)
+		}
+	}
+	if *p.SpeculativeTTL != 0 {
+		t.Errorf("explicit 0s TTL became %v", *p.SpeculativeTTL)
+	}
+}
+
+func TestParseProducerParamsErrors(t *testing.T) {
+	for name, raw := range map[string]string{
+		"empty":             ``,
+		"no_target":         `{}`,
+		"unknown_field":     `{"target":"x:1","blockSizeTokens":16}`,
+		"bad_duration":      `{"target":"x:1","lookupTimeout":"soon"}`,
+		"number_duration":   `{"target":"x:1","lookupTimeout":100}`,
+		"over_budget":       `{"target":"x:1","tokenizeTimeout":"300ms","lookupTimeout":"100ms"}`,
+		"negative_timeout":  `{"target":"x:1","lookupTimeout":"-1ms"}`,
+		"cert_without_key":  `{"target":"x:1","caFile":"ca","certFile":"c"}`,
+		"cert_without_ca":   `{"target":"x:1","certFile":"c","keyFile":"k"}`,
+		"server_name_no_ca": `{"target":"x:1","serverName":"indexd"}`,
+		"fallback":          `{"target":"x:1","fallback":"random"}`,
+		"pod_identity":      `{"target":"x:1","podIdentity":"ip"}`,
+		"model_repeats":     `{"target":"x:1","models":[{"match":"a"},{"match":"a"}]}`,
+		"model_no_match":    `{"target":"x:1","models":[{"model":"a"}]}`,
+		"block_size":        `{"target":"x:1","blockSize":-16}`,
+		"tokenizer_path":    `{"target":"x:1","tokenizer":{"path":"tokenize"}}`,
+		"negative_ttl":      `{"target":"x:1","speculativeTTL":"-1s"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("err = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}
+
+func TestParseTierScorerParams(t *testing.T) {
+	w, err := ParseTierScorerParams(nil)
+	if err != nil || w != DefaultTierWeights() {
+		t.Fatalf("defaults = %+v, %v", w, err)
+	}
+	w, err = ParseTierScorerParams([]byte(`{"cpu":0.5}`))
+	if err != nil || w != (TierWeights{GPU: 1, CPU: 0.5, Disk: 0.5}) {
+		t.Fatalf("cpu 0.5 = %+v, %v", w, err)
+	}
+	for _, raw := range []string{`{"cpu":1.5}`, `{"gpu":-1}`, `{"nvme":1}`} {
+		if _, err := ParseTierScorerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", raw, err)
+		}
+	}
+}

@@ -1,0 +1,20 @@
+package gie
+
+import "errors"
+
+// Sentinel errors.
+var (
+	// ErrInvalidConfig: a plugin's parameters are malformed or out of
+	// range; the message names the field.
+	ErrInvalidConfig = errors.New("kvindex gie: invalid config")
+	// ErrTokenize: the tokenizer failed or answered something unusable;
+	// the message says what.
+	ErrTokenize = errors.New("kvindex gie: tokenize")
+	// ErrNoPrompt: the request carries no prompt the plugin can tokenize
+	// (an API other than completions and chat completions, or an empty
+	// prompt).
+	ErrNoPrompt = errors.New("kvindex gie: no prompt")
+	// ErrIdentity: an endpoint cannot be mapped to a kvindex pod identity
+	// (for example a "-rank-N" endpoint whose port is below N).
+	ErrIdentity = errors.New("kvindex gie: endpoint identity")
+)

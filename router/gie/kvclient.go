@@ -1,0 +1,134 @@
+package gie
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/kvindex/kvindex/client"
+)
+
+// IndexError is a failed Lookup, classified for the metrics: Kind is one
+// of the Kind* constants.
+type IndexError struct {
+	Kind string
+	Err  error
+}
+
+// Error names the kind and the client's error.
+func (e *IndexError) Error() string { return "kvindex lookup (" + e.Kind + "): " + e.Err.Error() }
+
+// Unwrap returns the client's error.
+func (e *IndexError) Unwrap() error { return e.Err }
+
+// KVIndex is the Index of kvindex's Go client: a token-mode Lookup with
+// the candidates as the filter. It is safe for concurrent use; Close
+// releases its connections.
+type KVIndex struct {
+	c *client.Client
+}
+
+var _ Index = (*KVIndex)(nil)
+
+// DialKVIndex returns a KVIndex for params' target and TLS settings.
+// Like client.New it does not connect; the first Lookup does. It errors
+// for an empty target or unreadable TLS files.
+func DialKVIndex(params ProducerParams) (*KVIndex, error) {
+	opts := []client.Option{client.WithTimeout(time.Duration(params.LookupTimeout))}
+	if params.CAFile != "" {
+		cfg, err := tlsConfig(params)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cfg))))
+	}
+	c, err := client.New(params.Target, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: target: %v", ErrInvalidConfig, err)
+	}
+	return &KVIndex{c: c}, nil
+}
+
+// NewKVIndex wraps an existing client (tests, and routers that share one).
+func NewKVIndex(c *client.Client) *KVIndex { return &KVIndex{c: c} }
+
+// Close closes the client.
+func (k *KVIndex) Close() error { return k.c.Close() }
+
+// tlsConfig builds the client's TLS config: the CA pool, an optional
+// client certificate and server name. TLS 1.2 at least.
+func tlsConfig(p ProducerParams) (*tls.Config, error) {
+	pem, err := os.ReadFile(p.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: caFile: %v", ErrInvalidConfig, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: caFile %s holds no PEM certificate", ErrInvalidConfig, p.CAFile)
+	}
+	cfg := &tls.Config{RootCAs: pool, ServerName: p.ServerName, MinVersion: tls.VersionTLS12}
+	if p.CertFile != "" {
+		cert, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: certFile/keyFile: %v", ErrInvalidConfig, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}
+
+// LookupTokens implements Index with client.LookupTokens. Errors are
+// *IndexError.
+func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, candidates []Identity) ([]IndexMatch, error) {
+	tp := client.TokenPrompt{TokenIDs: p.TokenIDs, LoRAName: p.LoRAName, CacheSalt: p.CacheSalt}
+	for _, mm := range p.MultiModal {
+		tp.MultiModal = append(tp.MultiModal, client.MultiModalItem{Hash: mm.Hash, Offset: mm.Offset, Length: mm.Length})
+	}
+	var opts []client.LookupOption
+	if len(candidates) > 0 {
+		eps := make([]client.Endpoint, len(candidates))
+		for i, c := range candidates {
+			eps[i] = client.Endpoint{Pod: c.Pod, DPRank: c.Rank}
+		}
+		opts = append(opts, client.WithCandidates(eps...))
+	}
+	res, err := k.c.LookupTokens(ctx, model, tp, opts...)
+	if err != nil {
+		return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
+	}
+	out := make([]IndexMatch, len(res.Matches))
+	for i, m := range res.Matches {
+		tiers := make([]Tier, len(m.Tiers))
+		for j, t := range m.Tiers {
+			tiers[j] = Tier(t)
+		}
+		out[i] = IndexMatch{
+			Identity:  Identity{Pod: m.Endpoint.Pod, Rank: m.Endpoint.DPRank},
+			Blocks:    m.Blocks,
+			BlockSize: m.BlockSize,
+			Tiers:     tiers,
+		}
+	}
+	return out, nil
+}
+
+// clientErrorKind maps the client's sentinels to metric kinds.
+func clientErrorKind(err error) string {
+	switch {
+	case errors.Is(err, client.ErrUnavailable), errors.Is(err, client.ErrClosed):
+		return KindUnavailable
+	case errors.Is(err, client.ErrDeadlineExceeded), errors.Is(err, client.ErrCanceled),
+		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return KindDeadline
+	case errors.Is(err, client.ErrInvalidArgument), errors.Is(err, client.ErrResourceExhausted):
+		return KindInvalid
+	}
+	return KindOther
+}

@@ -1,0 +1,182 @@
+package gie
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// EndpointMatch is one candidate endpoint's share of a prompt: the
+// prompt's first Blocks blocks of BlockSize tokens are cached on it, out
+// of Total full blocks. GPU, CPU and Disk split Blocks by the best tier
+// holding each block; Speculative counts the blocks known only from
+// speculative entries (counted as GPU: they were just computed there).
+type EndpointMatch struct {
+	Blocks, Total, BlockSize int
+	GPU, CPU, Disk           int
+	Speculative              int
+}
+
+// MatcherConfig configures a Matcher.
+type MatcherConfig struct {
+	// BlockSize is the block size, in tokens, assumed for an endpoint the
+	// index reports no match for, and the size the speculative entries
+	// name blocks at. Default 16 (vLLM's default); must be positive.
+	BlockSize int
+	// LookupTimeout bounds one Lookup. Default 100 ms; must be positive.
+	LookupTimeout time.Duration
+	// MaxPromptTokens caps the tokens looked up: a longer prompt is looked
+	// up by its first MaxPromptTokens tokens (a prefix match needs no
+	// more), and Total counts only those. Default 65536; must be positive.
+	MaxPromptTokens int
+}
+
+// DefaultMatcherConfig returns the defaults documented on MatcherConfig.
+func DefaultMatcherConfig() MatcherConfig {
+	return MatcherConfig{BlockSize: 16, LookupTimeout: 100 * time.Millisecond, MaxPromptTokens: 65536}
+}
+
+// Validate reports the first field out of range.
+func (c MatcherConfig) Validate() error {
+	switch {
+	case c.BlockSize <= 0:
+		return fmt.Errorf("%w: blockSize %d must be positive", ErrInvalidConfig, c.BlockSize)
+	case c.LookupTimeout <= 0:
+		return fmt.Errorf("%w: lookupTimeout %v must be positive", ErrInvalidConfig, c.LookupTimeout)
+	case c.MaxPromptTokens <= 0:
+		return fmt.Errorf("%w: maxPromptTokens %d must be positive", ErrInvalidConfig, c.MaxPromptTokens)
+	}
+	return nil
+}
+
+// Matcher is the router-independent core of the producer: a prompt's
+// tokens → one Lookup → each candidate's EndpointMatch, merged with the
+// speculative entries. It is safe for concurrent use.
+type Matcher struct {
+	cfg   MatcherConfig
+	index Index
+	spec  *Speculative
+}
+
+// NewMatcher returns a Matcher asking index, merging spec's entries (nil:
+// none). It errors for an invalid cfg.
+func NewMatcher(cfg MatcherConfig, index Index, spec *Speculative) (*Matcher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if index == nil {
+		return nil, fmt.Errorf("%w: no index", ErrInvalidConfig)
+	}
+	return &Matcher{cfg: cfg, index: index, spec: spec}, nil
+}
+
+// Match looks model's prompt up among candidates (every endpoint the
+// index knows when empty) and returns an EndpointMatch for each candidate,
+// zero blocks for those holding nothing. The Lookup runs under
+// LookupTimeout (or ctx's sooner deadline); its error is returned
+// unchanged, with a nil map.
+func (m *Matcher) Match(ctx context.Context, model string, p Prompt, candidates []Identity) (map[Identity]EndpointMatch, error) {
+	p = m.truncate(p)
+	lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
+	defer cancel()
+	matches, err := m.index.LookupTokens(lctx, model, p, candidates)
+	if err != nil {
+		return nil, err
+	}
+	var keys []uint64
+	if m.spec != nil {
+		keys = m.spec.Keys(model, p)
+	}
+	spec := func(id Identity) int {
+		if len(keys) == 0 {
+			return 0
+		}
+		return m.spec.Match(keys, id)
+	}
+	return merge(candidates, matches, spec, m.specBlockSize(), len(p.TokenIDs), m.cfg.BlockSize), nil
+}
+
+// Remember records that model's prompt p was sent to id, for the
+// speculative entries' TTL.
+func (m *Matcher) Remember(model string, p Prompt, id Identity) {
+	if m.spec == nil {
+		return
+	}
+	m.spec.Remember(m.spec.Keys(model, m.truncate(p)), id)
+}
+
+func (m *Matcher) specBlockSize() int {
+	if m.spec == nil {
+		return m.cfg.BlockSize
+	}
+	return m.spec.BlockSize()
+}
+
+// truncate cuts p to MaxPromptTokens tokens, dropping the multimodal
+// items that start past the cut.
+func (m *Matcher) truncate(p Prompt) Prompt {
+	if len(p.TokenIDs) <= m.cfg.MaxPromptTokens {
+		return p
+	}
+	p.TokenIDs = p.TokenIDs[:m.cfg.MaxPromptTokens]
+	var mm []MultiModalItem
+	for _, it := range p.MultiModal {
+		if it.Offset < m.cfg.MaxPromptTokens {
+			mm = append(mm, it)
+		}
+	}
+	p.MultiModal = mm
+	return p
+}
+
+// merge builds each candidate's EndpointMatch from the index's matches
+// and its speculative blocks (spec, counted in blocks of specBlockSize
+// tokens), for a prompt of tokens tokens. A candidate the index does not
+// report is taken to use defaultBlockSize. When candidates is empty, the
+// endpoints the index reports are the candidates.
+func merge(candidates []Identity, matches []IndexMatch, spec func(Identity) int, specBlockSize, tokens, defaultBlockSize int) map[Identity]EndpointMatch {
+	byID := make(map[Identity]IndexMatch, len(matches))
+	for _, im := range matches {
+		byID[im.Identity] = im
+	}
+	if len(candidates) == 0 {
+		for _, im := range matches {
+			candidates = append(candidates, im.Identity)
+		}
+	}
+	out := make(map[Identity]EndpointMatch, len(candidates))
+	for _, id := range candidates {
+		im, ok := byID[id]
+		bs := defaultBlockSize
+		if ok && im.BlockSize > 0 {
+			bs = im.BlockSize
+		}
+		em := EndpointMatch{BlockSize: bs, Total: tokens / bs}
+		if ok {
+			em.Blocks = min(im.Blocks, em.Total)
+			for i := range em.Blocks {
+				t := TierUnspecified
+				if i < len(im.Tiers) {
+					t = im.Tiers[i]
+				}
+				switch t {
+				case TierGPU:
+					em.GPU++
+				case TierCPU:
+					em.CPU++
+				case TierDisk:
+					em.Disk++
+				}
+			}
+		}
+		// Speculative blocks, converted to whole blocks of this
+		// endpoint's size.
+		if s := min(spec(id)*specBlockSize/bs, em.Total); s > em.Blocks {
+			em.Speculative = s - em.Blocks
+			em.GPU += em.Speculative
+			em.Blocks = s
+		}
+		out[id] = em
+	}
+	return out
+}

@@ -1,0 +1,112 @@
+package gie
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// clock is a settable test clock.
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+func seq(n int) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = uint32(i + 1)
+	}
+	return out
+}
+
+func TestSpeculativeTTL(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	s := NewSpeculative(2*time.Second, 100, 4, c.now)
+	a, b := Identity{Pod: "a"}, Identity{Pod: "b"}
+	keys := s.Keys("m", Prompt{TokenIDs: seq(10)}) // 2 full blocks
+	if len(keys) != 2 {
+		t.Fatalf("keys = %d, want 2", len(keys))
+	}
+	s.Remember(keys, a)
+	if got := s.Match(keys, a); got != 2 {
+		t.Errorf("match a = %d, want 2", got)
+	}
+	if got := s.Match(keys, b); got != 0 {
+		t.Errorf("match b = %d, want 0", got)
+	}
+	// A longer prompt sharing the first block matches one block.
+	longer := s.Keys("m", Prompt{TokenIDs: append(seq(4), 99, 98, 97, 96)})
+	if got := s.Match(longer, a); got != 1 {
+		t.Errorf("match of a prompt sharing one block = %d, want 1", got)
+	}
+	c.add(1999 * time.Millisecond)
+	if got := s.Match(keys, a); got != 2 {
+		t.Errorf("before the TTL: match = %d, want 2", got)
+	}
+	c.add(time.Millisecond)
+	if got := s.Match(keys, a); got != 0 {
+		t.Errorf("at the TTL: match = %d, want 0", got)
+	}
+	s.Remember(s.Keys("m", Prompt{TokenIDs: seq(4)}), b)
+	if got := s.Len(); got != 1 {
+		t.Errorf("after expiry and one new entry: len = %d, want 1", got)
+	}
+}
+
+func TestSpeculativeBounded(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	s := NewSpeculative(time.Minute, 3, 1, c.now)
+	a := Identity{Pod: "a"}
+	first := s.Keys("m", Prompt{TokenIDs: []uint32{1, 2}})
+	s.Remember(first, a)
+	second := s.Keys("m", Prompt{TokenIDs: []uint32{7, 8}})
+	s.Remember(second, a)
+	if got := s.Len(); got != 3 {
+		t.Fatalf("len = %d, want the bound 3", got)
+	}
+	if got := s.Match(first, a); got != 0 {
+		t.Errorf("the oldest entry was not dropped: match = %d", got)
+	}
+	if got := s.Match(second, a); got != 2 {
+		t.Errorf("newest entries: match = %d, want 2", got)
+	}
+}
+
+func TestSpeculativeKeysSeparate(t *testing.T) {
+	s := NewSpeculative(time.Second, 100, 2, nil)
+	base := Prompt{TokenIDs: seq(4)}
+	k := s.Keys("m", base)
+	variants := map[string][]uint64{
+		"model":      s.Keys("other", base),
+		"lora":       s.Keys("m", Prompt{TokenIDs: seq(4), LoRAName: "x"}),
+		"salt":       s.Keys("m", Prompt{TokenIDs: seq(4), CacheSalt: "s"}),
+		"multimodal": s.Keys("m", Prompt{TokenIDs: seq(4), MultiModal: []MultiModalItem{{Hash: "img", Offset: 1, Length: 2}}}),
+	}
+	for name, v := range variants {
+		if v[0] == k[0] {
+			t.Errorf("%s: the first block's key is the same", name)
+		}
+	}
+	// A multimodal item in the second block leaves the first block's key.
+	mm := s.Keys("m", Prompt{TokenIDs: seq(4), MultiModal: []MultiModalItem{{Hash: "img", Offset: 2, Length: 2}}})
+	if mm[0] != k[0] || mm[1] == k[1] {
+		t.Errorf("an item in block 1 changes exactly block 1's key")
+	}
+}
+
+func TestSpeculativeDisabled(t *testing.T) {
+	s := NewSpeculative(0, 100, 2, nil)
+	k := s.Keys("m", Prompt{TokenIDs: seq(4)})
+	s.Remember(k, Identity{Pod: "a"})
+	if s.Len() != 0 || s.Match(k, Identity{Pod: "a"}) != 0 {
+		t.Error("a zero TTL remembers")
+	}
+}

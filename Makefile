@@ -9,7 +9,7 @@ PKGS      := ./...
 # replace directives, and the EPP plugin (router/gie). test, lint and
 # verify run in each. router/gie/e2e joins the list once the ingester's
 # token mode (issue 13, write side) is on main: it needs it to compile.
-MODULES   := . proto client deploy router/gie
+MODULES   := . proto client deploy router/gie router/gie/e2e
 # A go.work file outside the repository must not change what each module
 # resolves: every module builds from its own go.mod.
 export GOWORK := off

@@ -192,6 +192,7 @@ func TestSecuredPipeline(t *testing.T) {
 	icfg.Etcd, icfg.Keyspace, icfg.Brokers, icfg.Topic, icfg.ID = ingesterEtcd, ks, k.Brokers, topic, "secured-0"
 	icfg.SessionTimeout, icfg.RebalanceTimeout, icfg.LeaseTTL, icfg.LivenessWindow = 2*time.Second, 3*time.Second, 30*time.Second, time.Hour
 	icfg.KafkaOptions = kafkaOpts(kafkaauth.MechanismSCRAMSHA512, "ingester", "ingester-kafka-password")
+	icfg.HashMode = keyspace.HashModeEngine // the p* fixtures name engine hashes
 	ing, err := ingester.New(icfg)
 	if err != nil {
 		t.Fatal(err)

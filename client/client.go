@@ -88,6 +88,12 @@ type LookupResult struct {
 	Matches        []Match
 	Revision       int64
 	AppliedOffsets []PartitionOffset
+	// ProgressTime is when the answering replica last heard from etcd that
+	// its index was current (the replica's clock): the answer is at most
+	// now − ProgressTime stale. Zero when the replica did not say (one
+	// older than v1.1, or before its first list). See WithStaleAfter for
+	// how the client prefers the freshest replica.
+	ProgressTime time.Time
 }
 
 // EndpointInfo describes an endpoint the index knows.
@@ -146,6 +152,13 @@ type Client struct {
 	// dnsHost is the host name a dns target resolves ("" for other
 	// targets), to explain a call that found no address (explain).
 	dnsHost string
+	// staleAfter and maxAttempts drive the search for a fresh answer
+	// (lookupFresh); searchAfter (Unix ns) pauses it after a search found
+	// only stale answers.
+	staleAfter  time.Duration
+	maxAttempts int
+	searchAfter atomic.Int64
+	now         func() time.Time
 }
 
 // Option configures New.
@@ -154,6 +167,7 @@ type Option func(*options)
 type options struct {
 	timeout     time.Duration
 	maxAttempts int
+	staleAfter  time.Duration
 	dialOpts    []grpc.DialOption
 }
 
@@ -195,7 +209,7 @@ var staticSeq atomic.Uint64
 // UNAVAILABLE only. New does not connect; the first call does. It errors
 // for an empty target.
 func New(target string, opts ...Option) (*Client, error) {
-	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts}
+	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts, staleAfter: DefaultStaleAfter}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -226,7 +240,8 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidArgument, target, err)
 	}
-	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target)}, nil
+	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target),
+		staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now}, nil
 }
 
 // dnsHost returns the host a "dns://[authority]/host[:port]" target
@@ -355,11 +370,14 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 	}
 	ctx, cancel := deadline(ctx, timeout)
 	defer cancel()
-	resp, err := c.api.Lookup(ctx, req)
+	resp, err := c.lookupFresh(ctx, req)
 	if err != nil {
 		return nil, c.explain(ctx, callError("Lookup", err))
 	}
 	out := &LookupResult{Revision: resp.Revision, Matches: make([]Match, len(resp.Matches))}
+	if resp.ProgressTime != nil {
+		out.ProgressTime = resp.ProgressTime.AsTime()
+	}
 	total := 0
 	for _, m := range resp.Matches {
 		total += len(m.Tiers)

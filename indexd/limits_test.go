@@ -8,6 +8,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/internal/index"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -69,6 +71,27 @@ func TestLookupCost(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := lookupCost(tc.req); got != tc.want {
 				t.Fatalf("lookupCost = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
+// A barrier timeout says which record is not applied and what is, in
+// record offsets (not the next-offset convention of offsets/ keys).
+func TestBarrierLagMessage(t *testing.T) {
+	p := keyspace.Partition{Topic: "kvindex-events", Partition: 3}
+	for _, tc := range []struct {
+		name    string
+		applied int64
+		want    string
+	}{
+		{"no_offset_stored", -1, "partition kvindex-events/3: record offset 2 is not applied yet; this replica has applied no record of the partition (no offset stored)"},
+		{"nothing_applied", 0, "partition kvindex-events/3: record offset 2 is not applied yet; this replica has applied no record of the partition"},
+		{"one_behind", 2, "partition kvindex-events/3: record offset 2 is not applied yet; this replica has applied records up to offset 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := barrierLag(index.PartitionOffset{Partition: p, Next: 2}, tc.applied); got != tc.want {
+				t.Fatalf("barrierLag = %q\nwant        %q", got, tc.want)
 			}
 		})
 	}

@@ -3,10 +3,11 @@ module github.com/kvindex/kvindex
 go 1.26.0
 
 require (
-	github.com/fxamacker/cbor/v2 v2.10.0
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/google/go-cmp v0.7.0
 	github.com/jonboulle/clockwork v0.5.0
+	github.com/kvindex/kvindex/client v0.0.0-00010101000000-000000000000
+	github.com/kvindex/kvindex/proto v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/spf13/cobra v1.10.2
 	github.com/spf13/pflag v1.0.10
@@ -49,6 +50,7 @@ require (
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
 	github.com/dustin/go-humanize v1.0.1 // indirect
 	github.com/fatih/color v1.19.0 // indirect
+	github.com/fxamacker/cbor/v2 v2.10.0 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
@@ -133,3 +135,10 @@ require (
 )
 
 tool go.etcd.io/etcd/etcdctl/v3
+
+// The client and proto modules live in this repository (issue 12: a
+// router requires them without the main module's dependencies).
+replace (
+	github.com/kvindex/kvindex/client => ./client
+	github.com/kvindex/kvindex/proto => ./proto
+)

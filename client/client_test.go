@@ -15,12 +15,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/kvindex/kvindex/internal/testutil"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
+	goleak.VerifyTestMain(m)
 }
 
 // fakeIndex is a real gRPC IndexService that fails its first failFirst

@@ -14,7 +14,7 @@ import (
 // --prefix-caching-hash-algo sha256_cbor with a fixed PYTHONHASHSEED, so a
 // router can look up exactly the hashes a vLLM engine publishes in its KV
 // events (DESIGN "Hashing", engine-hash mode). Vectors:
-// testdata/fixtures/hashing/vllm_sha256_cbor.json.
+// client/testdata/hashing/vllm_sha256_cbor.json.
 //
 // The scheme (vLLM v1 kv_cache_utils): the root is sha256 of the canonical
 // CBOR encoding of the PYTHONHASHSEED string; block i's digest is sha256 of

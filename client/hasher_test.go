@@ -9,11 +9,9 @@ import (
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
-
-	"github.com/kvindex/kvindex/internal/testutil"
 )
 
-// vectorFile is testdata/fixtures/hashing/vllm_sha256_cbor.json.
+// vectorFile is testdata/hashing/vllm_sha256_cbor.json.
 type vectorFile struct {
 	Vectors []struct {
 		Name           string     `json:"name"`
@@ -29,7 +27,7 @@ type vectorFile struct {
 }
 
 func TestHasherVectors(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join(testutil.RepoRoot(t), "testdata", "fixtures", "hashing", "vllm_sha256_cbor.json"))
+	raw, err := os.ReadFile(filepath.Join("testdata", "hashing", "vllm_sha256_cbor.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +72,7 @@ func TestDockerfile(t *testing.T) {
 	var froms []string
 	var user, entrypoint string
 	var staticBuild, copiesBinary bool
+	var copies []string
 	for _, in := range ins {
 		switch in.Cmd {
 		case "ARG":
@@ -83,6 +85,7 @@ func TestDockerfile(t *testing.T) {
 				staticBuild = true
 			}
 		case "COPY":
+			copies = append(copies, in.Args)
 			if strings.HasPrefix(in.Args, "--from=") && strings.HasSuffix(in.Args, " /kvindex") {
 				copiesBinary = len(froms) > 1
 			}
@@ -107,6 +110,14 @@ func TestDockerfile(t *testing.T) {
 	}
 	if !copiesBinary {
 		t.Error("the runtime stage does not COPY --from the build stage to /kvindex")
+	}
+	// go mod download reads the go.mod of every module the main module
+	// replaces by a directory of the repository.
+	for _, r := range regexp.MustCompile(`(?m)=> \./(\S+)$`).FindAllSubmatch(gomod, -1) {
+		want := string(r[1]) + "/go.mod"
+		if !slices.ContainsFunc(copies, func(c string) bool { return strings.Contains(c, want) }) {
+			t.Errorf("go.mod replaces a module by ./%s, but no COPY brings %s before go mod download", r[1], want)
+		}
 	}
 	var ep []string
 	if err := json.Unmarshal([]byte(entrypoint), &ep); err != nil || len(ep) != 1 || ep[0] != "/kvindex" {

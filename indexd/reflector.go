@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
@@ -124,7 +124,7 @@ func (r *reflector) current() *index.Index { return r.cur.Load() }
 // run lists and watches until ctx ends; it returns nil then. Every other
 // failure is retried with backoff.
 func (r *reflector) run(ctx context.Context) error {
-	bo := backoff{min: r.cfg.BackoffMin, max: r.cfg.BackoffMax}
+	bo := backoff.New(r.cfg.BackoffMin, r.cfg.BackoffMax, nil)
 	var ix *index.Index
 	reason := "start"
 	for ctx.Err() == nil {
@@ -140,9 +140,9 @@ func (r *reflector) run(ctx context.Context) error {
 					r.log.Info("list revision compacted, listing again", "err", err)
 					continue
 				}
-				d := bo.next()
+				d := bo.Next()
 				r.log.Warn("listing etcd failed, retrying", "err", err, "backoff", d)
-				sleep(ctx, d)
+				_ = backoff.Sleep(ctx, nil, d)
 				continue
 			}
 			ix = fresh
@@ -160,7 +160,7 @@ func (r *reflector) run(ctx context.Context) error {
 			break
 		}
 		if progressed {
-			bo.reset()
+			bo.Reset()
 		}
 		if errors.Is(err, rpctypes.ErrCompacted) {
 			r.log.Warn("watch revision compacted, re-listing into a fresh index", "revision", ix.Revision(), "err", err)
@@ -168,9 +168,9 @@ func (r *reflector) run(ctx context.Context) error {
 			continue
 		}
 		r.m.watchRestarts.Inc()
-		d := bo.next()
+		d := bo.Next()
 		r.log.Warn("watch broken, resuming", "revision", ix.Revision(), "err", err, "backoff", d)
-		sleep(ctx, d)
+		_ = backoff.Sleep(ctx, nil, d)
 	}
 	return nil
 }
@@ -349,7 +349,7 @@ const progressGetTimeout = 2 * time.Second
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only.
 func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
-	var counts [keyspace.KindIngester + 1]int
+	var counts [keyspace.KindCount]int
 	var bad []badKey
 	for i := 0; i < len(events); {
 		rev := events[i].Kv.ModRevision
@@ -418,30 +418,3 @@ func (r *reflector) logBad(bad []badKey, phase string) {
 // reads and does not keep (it clones what it keeps, see index.Index.Put):
 // listing reads millions of keys, and a copy each is measurable.
 func bytesString(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
-
-// backoff is a capped exponential backoff with jitter: each wait is drawn
-// from [d/2, d) for a d that doubles from min up to max.
-type backoff struct {
-	min, max, cur time.Duration
-}
-
-func (b *backoff) next() time.Duration {
-	if b.cur == 0 {
-		b.cur = b.min
-	}
-	d := b.cur
-	b.cur = min(2*b.cur, b.max)
-	return d/2 + rand.N(d/2+1)
-}
-
-func (b *backoff) reset() { b.cur = 0 }
-
-// sleep waits for d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}

@@ -1,9 +1,10 @@
 package ingester
 
 import (
-	"context"
 	"errors"
+	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -80,157 +81,292 @@ func parseCanonical(s string, bits int) (uint64, bool) {
 	return v, true
 }
 
-// record applies one Kafka record (DESIGN semantics 1-8, docs/semantics.md)
-// to the worker's window.
-func (w *worker) record(ctx context.Context, r *kgo.Record, behind bool) error {
-	w.m.records.Inc()
+// applier is the first of the write path's three parts: it applies a
+// partition's records, in order, to the open window (DESIGN semantics 1-8,
+// docs/semantics.md), turning events into block ops, range drops and
+// endpoint-record changes. It does no I/O: everything it decides is
+// written later by commit, and every input to a decision is the
+// endpoints' state (as of the stored offset plus the records applied
+// since) and the record itself. One function per record kind and event
+// type; the endpoint state they change is endpoint's.
+type applier struct {
+	cfg *Config
+	p   keyspace.Partition
+	log *slog.Logger
+	m   *metrics
+	dec *events.Decoder
+
+	// eps are the partition's endpoints; win the open window.
+	eps map[keyspace.Endpoint]*endpoint
+	win *window
+
+	// clock is the partition clock; minLast a lower bound of the live
+	// endpoints' last-record times (so most records skip the expiry scan).
+	// The clock starts at zero when a worker starts, not at the loaded
+	// endpoints' last-record times: a replay of older records (an offset
+	// rewound by an operator) must age by its own record times, so the
+	// endpoints it touches cannot look fresher than they were.
+	clock   time.Time
+	minLast time.Time
+}
+
+// record applies one Kafka record to the window. behind reports that the
+// partition has records after it (the record's timestamp drives the
+// partition clock then).
+func (a *applier) record(r *kgo.Record, behind bool) {
+	a.m.records.Inc()
 	// The partition clock: the record's timestamp while behind, wall time
 	// once caught up, and never a time in the future (a producer's clock,
 	// on a topic without LogAppendTime, must not expire every other
 	// endpoint or make one immortal).
-	if now := w.cfg.Clock.Now(); behind && r.Timestamp.Before(now) {
-		w.advanceClock(r.Timestamp)
+	if now := a.cfg.Clock.Now(); behind && r.Timestamp.Before(now) {
+		a.advanceClock(r.Timestamp)
 	} else {
-		w.advanceClock(now)
+		a.advanceClock(now)
 	}
-	if err := w.expire(ctx); err != nil {
-		return err
-	}
+	a.expire()
 	h := parseHeaders(r.Headers)
-	skip := func(reason string, args ...any) error {
-		w.m.skippedRecords.WithLabelValues(reason).Inc()
-		w.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
-		return nil
+	skip := func(reason string, args ...any) {
+		a.m.skippedRecords.WithLabelValues(reason).Inc()
+		a.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
 	}
 	if keyspace.ValidateName("model", h.model) != nil {
-		return skip(skipBadModel)
+		skip(skipBadModel)
+		return
 	}
 	pod := string(r.Key)
 	if keyspace.ValidateName("pod", pod) != nil {
-		return skip(skipBadKey)
+		skip(skipBadKey)
+		return
 	}
 	if h.hasFormat && h.format != formatVLLM {
-		return skip(skipUnknownFmt, "format", h.format)
+		skip(skipUnknownFmt, "format", h.format)
+		return
 	}
 	if h.hasKind && h.kind != kindHeartbeat && h.kind != kindGoodbye && h.kind != kindResync {
-		return skip(skipUnknownKind, "kind", h.kind)
+		skip(skipUnknownKind, "kind", h.kind)
+		return
 	}
 	var headerRank uint64
 	if h.hasDPRank {
 		var ok bool
 		if headerRank, ok = parseCanonical(h.dpRank, 32); !ok {
-			return skip(skipBadDPRank, "dp_rank", h.dpRank)
+			skip(skipBadDPRank, "dp_rank", h.dpRank)
+			return
 		}
 	}
 	if h.hasKind {
 		id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: uint32(headerRank)}
-		return w.control(ctx, id, h.kind)
+		switch h.kind {
+		case kindGoodbye:
+			a.goodbye(id)
+		case kindResync:
+			a.resync(id)
+		case kindHeartbeat:
+			a.heartbeat(id)
+		}
+		return
 	}
 	var seq uint64
 	if h.hasSeq {
 		var ok bool
 		if seq, ok = parseCanonical(h.seq, 64); !ok {
-			return skip(skipBadSeq, "seq", h.seq)
+			skip(skipBadSeq, "seq", h.seq)
+			return
 		}
 	}
 	if h.incarnation != "" && keyspace.ValidateName("incarnation", h.incarnation) != nil {
 		// It is stored in the endpoint record: bounded like a name, and
 		// compared byte for byte, so it must survive JSON unchanged.
-		return skip(skipBadIncarnation, "bytes", len(h.incarnation))
+		skip(skipBadIncarnation, "bytes", len(h.incarnation))
+		return
 	}
 	if len(r.Value) == 0 {
-		return skip(skipEmptyValue)
+		skip(skipEmptyValue)
+		return
 	}
-	batch, err := w.dec.Decode(r.Value)
+	batch, err := a.dec.Decode(r.Value)
 	if errors.Is(err, events.ErrMalformedBatch) {
-		return skip(skipMalformed, "err", err)
+		skip(skipMalformed, "err", err)
+		return
 	}
 	if h.hasDPRank && uint64(batch.Rank) != headerRank {
-		return skip(skipRankMismatch, "dp_rank", h.dpRank, "batch_rank", batch.Rank)
+		skip(skipRankMismatch, "dp_rank", h.dpRank, "batch_rank", batch.Rank)
+		return
 	}
 	for _, s := range batch.Skipped {
-		w.m.skippedEvents.WithLabelValues(s.Reason.String()).Inc()
+		a.m.skippedEvents.WithLabelValues(s.Reason.String()).Inc()
 	}
 	if n := len(batch.Skipped); n > 0 {
 		// One line per record, however many events it skips: a record of
 		// a million bad events must not become a million log lines.
-		w.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
+		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
-	ep := w.endpoint(id, true)
-	w.touch(ep)
-	if h.hasSeq {
-		reason := ""
-		cur := &ep.cur
-		switch {
-		case h.incarnation != "" && cur.incarnation != "" && h.incarnation != cur.incarnation:
-			reason = "incarnation"
-		case cur.seq == nil:
-			reason = "no_seq"
-		case seq == *cur.seq+1:
-		case seq <= *cur.seq && batch.TS <= cur.batchTS:
-			w.m.skippedRecords.WithLabelValues(skipDuplicate).Inc()
-			w.log.Debug("duplicate record skipped", "offset", r.Offset, "endpoint", id.String(), "seq", seq)
-			return nil
-		case seq <= *cur.seq:
-			reason = "restart"
-		default:
-			reason = "gap"
-		}
-		switch {
-		case reason == "no_seq" && !ep.mayHaveBlocks:
-			// Nothing of it is in etcd: voiding its queued ops (if any)
-			// is the whole drop.
-			ep.epoch++
-		case reason != "":
-			w.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", id.String(), "seq", seq, "offset", r.Offset)
-			if err := w.drop(ctx, ep, reason, false); err != nil {
-				return err
-			}
-		}
-		s := seq
-		cur.seq, cur.batchTS = &s, batch.TS
-		if h.incarnation != "" {
-			cur.incarnation = h.incarnation
-		}
+	ep := a.endpoint(id, true)
+	a.touch(ep)
+	if h.hasSeq && !a.sequence(ep, seq, batch.TS, h.incarnation, r.Offset) {
+		return
 	}
 	for i := range batch.Events {
 		ev := &batch.Events[i]
-		w.m.events.WithLabelValues(ev.Type.String()).Inc()
+		a.m.events.WithLabelValues(ev.Type.String()).Inc()
 		switch ev.Type {
 		case events.BlockStored:
-			for _, hash := range ev.BlockHashes {
-				w.ops.add(ep, ev.Tier, hash, false)
-			}
-			if ev.BlockSize > 0 {
-				ep.cur.blockSize = ev.BlockSize
-			}
+			a.stored(ep, ev)
 		case events.BlockRemoved:
-			for _, hash := range ev.BlockHashes {
-				w.ops.add(ep, ev.Tier, hash, true)
-			}
+			a.removed(ep, ev)
 		case events.AllBlocksCleared:
-			if err := w.drop(ctx, ep, "clear", false); err != nil {
-				return err
-			}
+			a.cleared(ep)
 		}
 	}
-	return nil
 }
 
-// control applies a kind record (DESIGN semantics 8).
-func (w *worker) control(ctx context.Context, id keyspace.Endpoint, kind string) error {
-	switch kind {
-	case kindGoodbye:
-		if ep := w.eps[id]; ep != nil {
-			return w.drop(ctx, ep, "goodbye", true)
-		}
-	case kindResync:
-		if ep := w.eps[id]; ep != nil {
-			return w.drop(ctx, ep, "resync", false)
-		}
-	case kindHeartbeat:
-		w.touch(w.endpoint(id, true))
+// sequence checks a batch's sequence number against ep's state (DESIGN
+// semantics 7): the next one applies; a duplicate (seq and batch time not
+// past the last applied) is skipped, and sequence reports false; a gap, a
+// restart, a new incarnation or an endpoint with no sequence yet drops
+// ep's blocks before the batch applies.
+func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnation string, offset int64) bool {
+	reason := ""
+	cur := &ep.cur
+	switch {
+	case incarnation != "" && cur.incarnation != "" && incarnation != cur.incarnation:
+		reason = "incarnation"
+	case cur.seq == nil:
+		reason = "no_seq"
+	case seq == *cur.seq+1:
+	case seq <= *cur.seq && batchTS <= cur.batchTS:
+		a.m.skippedRecords.WithLabelValues(skipDuplicate).Inc()
+		a.log.Debug("duplicate record skipped", "offset", offset, "endpoint", ep.id.String(), "seq", seq)
+		return false
+	case seq <= *cur.seq:
+		reason = "restart"
+	default:
+		reason = "gap"
 	}
-	return nil
+	switch {
+	case reason == "no_seq" && !ep.mayHaveBlocks:
+		// Nothing of it is in etcd: voiding its queued ops (if any) is
+		// the whole drop.
+		ep.epoch++
+	case reason != "":
+		a.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", ep.id.String(), "seq", seq, "offset", offset)
+		a.drop(ep, reason, false)
+	}
+	s := seq
+	cur.seq, cur.batchTS = &s, batchTS
+	if incarnation != "" {
+		cur.incarnation = incarnation
+	}
+	return true
+}
+
+// stored applies a BlockStored event: a put per block hash, and the
+// endpoint's block size.
+func (a *applier) stored(ep *endpoint, ev *events.Event) {
+	for _, hash := range ev.BlockHashes {
+		a.win.ops.add(ep, ev.Tier, hash, false)
+	}
+	if ev.BlockSize > 0 {
+		ep.cur.blockSize = ev.BlockSize
+	}
+}
+
+// removed applies a BlockRemoved event: a delete per block hash.
+func (a *applier) removed(ep *endpoint, ev *events.Event) {
+	for _, hash := range ev.BlockHashes {
+		a.win.ops.add(ep, ev.Tier, hash, true)
+	}
+}
+
+// cleared applies an AllBlocksCleared event: a drop of every block of the
+// endpoint, which keeps its record.
+func (a *applier) cleared(ep *endpoint) { a.drop(ep, "clear", false) }
+
+// goodbye applies a goodbye record (DESIGN semantics 8): the endpoint's
+// blocks and record go.
+func (a *applier) goodbye(id keyspace.Endpoint) {
+	if ep := a.eps[id]; ep != nil {
+		a.drop(ep, "goodbye", true)
+	}
+}
+
+// resync applies a resync record: the endpoint's blocks go, its record
+// stays (the engine sends its state again).
+func (a *applier) resync(id keyspace.Endpoint) {
+	if ep := a.eps[id]; ep != nil {
+		a.drop(ep, "resync", false)
+	}
+}
+
+// heartbeat applies a heartbeat record: the endpoint is alive (created if
+// new).
+func (a *applier) heartbeat(id keyspace.Endpoint) { a.touch(a.endpoint(id, true)) }
+
+// advanceClock moves the partition clock for a record: its Kafka timestamp
+// while the partition is behind, wall time once caught up; never back.
+func (a *applier) advanceClock(t time.Time) {
+	if t.After(a.clock) {
+		a.clock = t
+	}
+}
+
+// expire drops every endpoint silent for longer than the liveness window
+// on the partition clock (DESIGN semantics 8).
+func (a *applier) expire() {
+	if !a.minLast.IsZero() && a.clock.Sub(a.minLast) <= a.cfg.LivenessWindow {
+		return
+	}
+	var oldest time.Time
+	for _, ep := range a.eps {
+		if a.clock.Sub(ep.cur.lastRecord) > a.cfg.LivenessWindow {
+			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock)
+			a.drop(ep, "expired", true)
+			continue
+		}
+		if oldest.IsZero() || ep.cur.lastRecord.Before(oldest) {
+			oldest = ep.cur.lastRecord
+		}
+	}
+	if oldest.IsZero() {
+		oldest = a.clock
+	}
+	a.minLast = oldest
+}
+
+// touch records a batch or heartbeat of ep at the partition clock.
+func (a *applier) touch(ep *endpoint) {
+	ep.cur.lastRecord = a.clock
+	if a.clock.Before(a.minLast) {
+		a.minLast = a.clock
+	}
+	a.win.markDirty(ep)
+}
+
+// endpoint returns the state of id, creating it (absent from etcd) when
+// create is set; nil otherwise.
+func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
+	if ep := a.eps[id]; ep != nil || !create {
+		return ep
+	}
+	ep := newEndpoint(a.cfg.Keyspace, a.p, id)
+	a.eps[id] = ep
+	return ep
+}
+
+// drop decides a range drop of ep's blocks: it voids ep's queued ops and
+// queues the drop in the window, which commit writes before the window's
+// ops. With deleteRecord (goodbye, expiry) the record goes too and the
+// endpoint is forgotten: a later record of it starts a new state.
+func (a *applier) drop(ep *endpoint, reason string, deleteRecord bool) {
+	a.m.drops.WithLabelValues(reason).Inc()
+	ep.epoch++
+	a.win.drop(ep, deleteRecord)
+	if deleteRecord {
+		ep.gone = true
+		if a.eps[ep.id] == ep {
+			delete(a.eps, ep.id)
+		}
+	}
 }

@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // claim takes ownership of newly assigned partitions (DESIGN "Writes:
@@ -42,7 +42,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 			return err
 		}
 		var resp *clientv3.TxnResponse
-		err = retry(ctx, func() error {
+		err = in.retry(ctx, func(ctx context.Context) error {
 			var err error
 			resp, err = in.cfg.Etcd.Txn(ctx).Then(
 				clientv3.OpPut(ks.OwnerKey(part), string(val)),
@@ -66,7 +66,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 
 	// The log's bounds, to catch stored offsets that no longer exist.
 	var starts, ends kadm.ListedOffsets
-	err := retry(ctx, func() error {
+	err := in.retry(ctx, func(ctx context.Context) error {
 		var err error
 		if starts, err = adm.ListStartOffsets(ctx, in.cfg.Topic); err == nil {
 			err = starts.Error()
@@ -83,61 +83,27 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	}
 
 	// The endpoints last seen on each partition, read after the claims so
-	// that every write of a previous owner is either in or fenced out.
-	var eresp *clientv3.GetResponse
-	err = retry(ctx, func() error {
-		var err error
-		eresp, err = in.cfg.Etcd.Get(ctx, ks.EndpointsPrefix(), clientv3.WithPrefix())
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("%w: loading endpoints: %v", ErrClaim, err)
-	}
+	// that every write of a previous owner is either in or fenced out,
+	// through the partition's member keys: the cost is the partition's
+	// endpoints, not the keyspace's.
 	eps := make(map[int32]map[keyspace.Endpoint]*endpoint, len(ps))
+	var loaded []*endpoint
 	for _, p := range ps {
-		eps[p] = map[keyspace.Endpoint]*endpoint{}
-	}
-	for _, kv := range eresp.Kvs {
-		id, err := ks.ParseEndpointKey(string(kv.Key))
+		part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
+		m, err := in.loadEndpoints(ctx, part)
 		if err != nil {
-			in.log.Warn("ignoring a malformed endpoint key", "key", string(kv.Key), "err", err)
-			continue
+			return fmt.Errorf("%w %s: loading endpoints: %v", ErrClaim, part, err)
 		}
-		rec, err := keyspace.UnmarshalEndpointRecord(kv.Value)
-		if err != nil {
-			in.log.Warn("ignoring a malformed endpoint record", "key", string(kv.Key), "err", err)
-			continue
+		eps[p] = m
+		for _, ep := range m {
+			loaded = append(loaded, ep)
 		}
-		m, ok := eps[rec.Partition]
-		if !ok || rec.Topic != in.cfg.Topic {
-			continue
-		}
-		ep := newEndpoint(ks, id)
-		ep.fromRecord(&rec)
-		m[id] = ep
 	}
 
-	// Adopt the recorded leases that still exist, at once: a crashed
-	// predecessor's may have only two thirds of their TTL left.
-	var lresp *clientv3.LeaseLeasesResponse
-	if err := retry(ctx, func() error {
-		var err error
-		lresp, err = in.cfg.Etcd.Leases(ctx)
-		return err
-	}); err != nil {
-		return fmt.Errorf("%w: listing leases: %v", ErrClaim, err)
+	// Adopt the recorded leases that still exist.
+	if err := in.leases.adopt(ctx, loaded); err != nil {
+		return fmt.Errorf("%w: adopting leases: %v", ErrClaim, err)
 	}
-	live := make(map[clientv3.LeaseID]bool, len(lresp.Leases))
-	for _, l := range lresp.Leases {
-		live[l.ID] = true
-	}
-	var adopted []clientv3.LeaseID
-	for _, m := range eps {
-		for _, ep := range m {
-			adopted = adoptLeases(ep, live, adopted)
-		}
-	}
-	in.keeper.adopt(adopted...)
 
 	cl.ResumeFetchPartitions(map[string][]int32{in.cfg.Topic: ps})
 	for _, p := range ps {
@@ -172,23 +138,85 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	return nil
 }
 
+// loadEndpoints reads the endpoints of partition part: the member keys
+// under its members/ prefix, then their records, in transactions of at
+// most MaxTxnOps reads. A record that names another partition (its
+// endpoint moved; the member key is stale and expires with the old lease),
+// is missing or is malformed is skipped.
+func (in *Ingester) loadEndpoints(ctx context.Context, part keyspace.Partition) (map[keyspace.Endpoint]*endpoint, error) {
+	ks := in.cfg.Keyspace
+	var members *clientv3.GetResponse
+	if err := in.retry(ctx, func(ctx context.Context) error {
+		var err error
+		members, err = in.cfg.Etcd.Get(ctx, ks.MembersPrefix(part), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	ids := make([]keyspace.Endpoint, 0, len(members.Kvs))
+	for _, kv := range members.Kvs {
+		_, id, err := ks.ParseMemberKey(string(kv.Key))
+		if err != nil {
+			in.log.Warn("ignoring a malformed member key", "key", string(kv.Key), "err", err)
+			continue
+		}
+		ids = append(ids, id)
+	}
+	out := make(map[keyspace.Endpoint]*endpoint, len(ids))
+	for len(ids) > 0 {
+		batch := ids[:min(len(ids), in.cfg.MaxTxnOps)]
+		ids = ids[len(batch):]
+		gets := make([]clientv3.Op, len(batch))
+		for k, id := range batch {
+			gets[k] = clientv3.OpGet(ks.EndpointKey(id))
+		}
+		var resp *clientv3.TxnResponse
+		if err := in.retry(ctx, func(ctx context.Context) error {
+			var err error
+			resp, err = in.cfg.Etcd.Txn(ctx).Then(gets...).Commit()
+			return err
+		}); err != nil {
+			return nil, err
+		}
+		for k, id := range batch {
+			kvs := resp.Responses[k].GetResponseRange().GetKvs()
+			if len(kvs) == 0 {
+				continue // the record went; its member key goes with its lease
+			}
+			rec, err := keyspace.UnmarshalEndpointRecord(kvs[0].Value)
+			if err != nil {
+				in.log.Warn("ignoring a malformed endpoint record", "key", string(kvs[0].Key), "err", err)
+				continue
+			}
+			if rec.Topic != part.Topic || rec.Partition != part.Partition {
+				continue
+			}
+			ep := newEndpoint(ks, part, id)
+			ep.fromRecord(&rec)
+			out[id] = ep
+		}
+	}
+	return out, nil
+}
+
 func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint]*endpoint) *worker {
 	part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
+	log := in.log.With("partition", p)
+	win := newWindow()
 	w := &worker{
 		cfg:       &in.cfg,
 		p:         part,
-		log:       in.log.With("partition", p),
+		log:       log,
 		m:         in.m,
 		kv:        in.kv,
-		etcd:      in.cfg.Etcd,
-		keeper:    in.keeper,
-		dec:       events.NewDecoder(in.cfg.Mediums),
+		leases:    in.leases,
+		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), eps: eps, win: win},
+		win:       win,
+		eps:       eps,
 		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
 		claimRev:  claimRev,
 		offsetKey: []byte(in.cfg.Keyspace.OffsetKey(part)),
 		reset:     -1,
-		eps:       eps,
-		ops:       newOpSet(),
 	}
 	w.b = w.idleBuilder()
 	return w
@@ -199,7 +227,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 func (w *worker) init(ctx context.Context) error {
 	for _, ep := range w.eps {
 		if ep.leasesDirty() {
-			w.markDirty(ep)
+			w.win.markDirty(ep)
 		}
 	}
 	if w.reset >= 0 {
@@ -213,56 +241,16 @@ func (w *worker) init(ctx context.Context) error {
 		if ep.base == nil || ep.base.lastRecord.IsZero() {
 			// Written by a window that crashed before committing, for an
 			// endpoint that did not exist at the stored offset.
-			if err := w.drop(ctx, ep, "stale", true); err != nil {
-				return err
-			}
+			w.ap.drop(ep, "stale", true)
 		}
 	}
-	if len(w.dirty) > 0 {
-		return w.commit(ctx)
+	if w.win.empty() {
+		return nil
 	}
-	return nil
-}
-
-// adoptLeases forgets the leases of ep that no longer exist and appends
-// the live ones to dst. An endpoint whose record lease is gone, or that lost
-// a shard, is rewritten by the next commit.
-func adoptLeases(ep *endpoint, live map[clientv3.LeaseID]bool, dst []clientv3.LeaseID) []clientv3.LeaseID {
-	if ep.lease != 0 && !live[ep.lease] {
-		ep.lease, ep.inEtcd = 0, false
-		ep.leasesChanged()
-	}
-	for _, t := range tier.All {
-		kept := ep.tiers[t][:0]
-		for _, s := range ep.tiers[t] {
-			if live[s.id] {
-				kept = append(kept, s)
-			} else {
-				ep.leasesChanged()
-			}
-		}
-		clear(ep.tiers[t][len(kept):])
-		ep.tiers[t] = kept
-	}
-	return ep.leaseIDs(dst)
+	return w.commit(ctx)
 }
 
 // retry calls fn until it succeeds or ctx ends, backing off between tries.
-func retry(ctx context.Context, fn func() error) error {
-	backoff := 20 * time.Millisecond
-	for {
-		err := fn()
-		if err == nil {
-			return nil
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%w (last error: %v)", ctx.Err(), err)
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
+func (in *Ingester) retry(ctx context.Context, fn func(context.Context) error) error {
+	return backoff.Retry(ctx, backoff.New(20*time.Millisecond, time.Second, nil), fn, nil)
 }

@@ -33,12 +33,16 @@ type shard struct {
 }
 
 // endpoint is a partition worker's state of one endpoint whose records
-// arrive on its partition.
+// arrive on its partition: all of it, in one struct. The apply part reads
+// and changes the sequence state (cur), the lease manager the lease fields,
+// the writer what it knows of etcd (inEtcd, mayHaveBlocks, storedGen).
 type endpoint struct {
 	id keyspace.Endpoint
-	// key is the endpoint record's key; blocksPrefix the prefix of its
-	// block keys (computed once: every block key starts with it).
+	// key is the endpoint record's key, memberKey its key under the
+	// partition's members/, blocksPrefix the prefix of its block keys
+	// (computed once: every block key starts with it).
 	key          string
+	memberKey    string
 	blocksPrefix string
 
 	// cur is the state after the last applied record.
@@ -60,10 +64,10 @@ type endpoint struct {
 	mayHaveBlocks bool
 	// leaseGen counts changes of the lease set; storedGen is the leaseGen
 	// of the newest record known to be committed (the leases are dirty
-	// while they differ); recGen is the leaseGen of the record put in the
-	// transaction being built. Generations, not a flag, because several
-	// transactions may be in flight, each with its own copy of the record.
-	leaseGen, storedGen, recGen uint64
+	// while they differ). Generations, not a flag, because several
+	// transactions may be in flight, each with its own copy of the record
+	// (txnBuilder.recs notes the generation each copy was written with).
+	leaseGen, storedGen uint64
 	// dirty: the window changed it; the commit transaction writes it.
 	dirty bool
 	// gone: dropped with its record (goodbye, expiry); a later record of
@@ -71,10 +75,6 @@ type endpoint struct {
 	gone bool
 	// epoch voids pending ops of earlier epochs (a drop increments it).
 	epoch uint32
-	// recTxn and recOp locate the record put in the transaction being
-	// built (recTxn equal to the builder's sequence number).
-	recTxn uint64
-	recOp  int
 }
 
 // leasesChanged records a change of the lease set: the next transaction
@@ -85,8 +85,8 @@ func (e *endpoint) leasesChanged() { e.leaseGen++ }
 // record known to be committed was written.
 func (e *endpoint) leasesDirty() bool { return e.leaseGen != e.storedGen }
 
-func newEndpoint(ks keyspace.Keyspace, id keyspace.Endpoint) *endpoint {
-	return &endpoint{id: id, key: ks.EndpointKey(id), blocksPrefix: ks.EndpointBlocksPrefix(id)}
+func newEndpoint(ks keyspace.Keyspace, p keyspace.Partition, id keyspace.Endpoint) *endpoint {
+	return &endpoint{id: id, key: ks.EndpointKey(id), memberKey: ks.MemberKey(p, id), blocksPrefix: ks.EndpointBlocksPrefix(id)}
 }
 
 // record builds the endpoint record to store from state st and the current

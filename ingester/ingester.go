@@ -28,6 +28,16 @@ import (
 // every other partition, long before a byte bound would).
 const inputSlots = 1024
 
+// maxPollRecords bounds the records one poll hands out, so the poll loop
+// comes back to AllowRebalance (BlockRebalanceOnPoll holds rebalances off
+// between a poll and it) after a bounded amount of work.
+const maxPollRecords = 10_000
+
+// heldRetry is how long a poll waits for new records while an input is
+// held for a paused partition, before it tries to hand the input over
+// again.
+const heldRetry = 20 * time.Millisecond
+
 // Ingester is one consumer-group member writing the index. Create it with
 // New and start it with Run; it is single use.
 type Ingester struct {
@@ -35,7 +45,7 @@ type Ingester struct {
 	log    *slog.Logger
 	m      *metrics
 	kv     pb.KVClient
-	keeper *keeper
+	leases *leaseManager
 
 	// runCtx is Run's context (canceled with the cause of a fatal error);
 	// workers derive theirs from it.
@@ -71,6 +81,10 @@ type partition struct {
 
 	committed atomic.Int64 // stored next offset, for Kafka lag commits
 	kafka     int64        // last offset committed to Kafka (poll loop only)
+	// held is the input the poll loop could not hand over without waiting
+	// (the worker's queue was full); fetching the partition is paused
+	// until it is handed over (poll loop only).
+	held *input
 }
 
 // New validates cfg and returns an Ingester.
@@ -89,7 +103,7 @@ func New(cfg Config) (*Ingester, error) {
 		log:    log,
 		m:      m,
 		kv:     clientv3.RetryKVClient(cfg.Etcd),
-		keeper: newKeeper(cfg.Etcd, cfg.LeaseTTL, log, m),
+		leases: newLeaseManager(&cfg, log, m),
 		parts:  make(map[int32]*partition),
 		// assigned has room for one wake-up of the registration loop.
 		assigned: make(chan struct{}, 1),
@@ -155,7 +169,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	keeperDone := make(chan struct{})
 	go func() {
 		defer close(keeperDone)
-		_ = in.keeper.run(keeperCtx)
+		_ = in.leases.run(keeperCtx)
 	}()
 
 	regCtx, stopReg := context.WithCancel(runCtx)
@@ -185,11 +199,20 @@ func (in *Ingester) Run(ctx context.Context) error {
 }
 
 // poll is the consume loop: it hands each partition's records to its
-// worker, in order, until ctx ends.
+// worker, in order, until ctx ends. It never waits for a worker: when a
+// worker's queue is full (QueueBytes, or its input slots), the partition's
+// records are held and its fetching paused until the worker has room, so
+// a stalled partition neither stops the others nor keeps the loop from
+// allowing rebalances (a member that does not is kicked from the group).
 func (in *Ingester) poll(ctx context.Context) {
 	lastCommit := time.Now()
 	for {
-		fs := in.cl.PollFetches(ctx)
+		pctx, cancel := ctx, context.CancelFunc(func() {})
+		if in.offerHeld(ctx) {
+			pctx, cancel = context.WithTimeout(ctx, heldRetry)
+		}
+		fs := in.cl.PollRecords(pctx, maxPollRecords)
+		cancel()
 		if ctx.Err() != nil || fs.IsClientClosed() {
 			in.cl.AllowRebalance()
 			return
@@ -204,7 +227,7 @@ func (in *Ingester) poll(ctx context.Context) {
 				in.fail(fmt.Errorf("ingester: joining group %s: %w (SessionTimeout %v is outside what the brokers allow)", in.cfg.Group, err, in.cfg.SessionTimeout))
 				return
 			}
-			if !errors.Is(err, context.Canceled) {
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				in.log.Warn("fetch error", "partition", p, "err", err)
 			}
 		})
@@ -218,15 +241,7 @@ func (in *Ingester) poll(ctx context.Context) {
 			if part == nil {
 				return
 			}
-			n := min(fetchBytes(fp.Records), int64(in.cfg.QueueBytes))
-			if err := part.queued.Acquire(part.ctx, n); err != nil {
-				return // the worker stopped; its successor refetches
-			}
-			select {
-			case part.in <- input{recs: fp.Records, hwm: fp.HighWatermark, reset: -1, bytes: n}:
-			case <-part.done:
-			case <-ctx.Done():
-			}
+			in.deliver(ctx, part, input{recs: fp.Records, hwm: fp.HighWatermark, reset: -1})
 		})
 		if time.Since(lastCommit) >= time.Second {
 			in.commitKafka(ctx, false)
@@ -234,6 +249,72 @@ func (in *Ingester) poll(ctx context.Context) {
 		}
 		in.cl.AllowRebalance()
 	}
+}
+
+// deliver hands x to part's worker, or holds it and pauses the partition
+// when the worker has no room. Records of a partition already holding an
+// input (fetched before the pause took effect) join the held input, in
+// order.
+func (in *Ingester) deliver(ctx context.Context, part *partition, x input) {
+	if h := part.held; h != nil {
+		h.recs = append(h.recs, x.recs...)
+		h.hwm = max(h.hwm, x.hwm)
+		return
+	}
+	if in.offer(ctx, part, &x) {
+		return
+	}
+	part.held = &x
+	in.cl.PauseFetchPartitions(map[string][]int32{in.cfg.Topic: {part.w.p.Partition}})
+}
+
+// offer hands x to part's worker if its queue has room now, and reports
+// whether x is taken care of (handed over, or the worker is gone and its
+// successor refetches).
+func (in *Ingester) offer(ctx context.Context, part *partition, x *input) bool {
+	n := min(fetchBytes(x.recs), int64(in.cfg.QueueBytes))
+	if !part.queued.TryAcquire(n) {
+		return false
+	}
+	x.bytes = n
+	select {
+	case part.in <- *x:
+		return true
+	case <-part.done:
+		return true
+	case <-ctx.Done():
+		return true
+	default:
+		part.queued.Release(n) // every input slot is taken
+		return false
+	}
+}
+
+// offerHeld tries to hand every held input over, resuming the partitions
+// whose input was taken, and reports whether some input is still held.
+func (in *Ingester) offerHeld(ctx context.Context) bool {
+	in.mu.Lock()
+	var held []*partition
+	for _, part := range in.parts {
+		if part.held != nil {
+			held = append(held, part)
+		}
+	}
+	in.mu.Unlock()
+	still := false
+	for _, part := range held {
+		if !in.offer(ctx, part, part.held) {
+			still = true
+			continue
+		}
+		part.held = nil
+		select {
+		case <-part.done: // stopped (fenced, say): stays paused
+		default:
+			in.cl.ResumeFetchPartitions(map[string][]int32{in.cfg.Topic: {part.w.p.Partition}})
+		}
+	}
+	return still
 }
 
 // outOfRange restarts a partition whose fetch offset left the log while
@@ -245,6 +326,12 @@ func (in *Ingester) outOfRange(ctx context.Context, p int32) {
 	in.mu.Unlock()
 	if part == nil {
 		return
+	}
+	if part.held != nil {
+		// Records before the offset that left the log: the restart
+		// replays from the log start instead.
+		part.held = nil
+		in.cl.ResumeFetchPartitions(map[string][]int32{in.cfg.Topic: {p}})
 	}
 	starts, err := kadm.NewClient(in.cl).ListStartOffsets(ctx, in.cfg.Topic)
 	if err == nil {

@@ -98,13 +98,13 @@ func TestLivenessExpiry(t *testing.T) {
 // says "nothing expired".)
 func outlives(t *testing.T, ctx context.Context, cli *clientv3.Client, r *running, ttl time.Duration, ids []clientv3.LeaseID) {
 	t.Helper()
-	r.in.keeper.mu.Lock()
+	r.in.leases.keeper.mu.Lock()
 	for _, id := range ids {
-		if r.in.keeper.refs[id] == 0 {
+		if r.in.leases.keeper.refs[id] == 0 {
 			t.Errorf("lease %x is not kept alive by the new owner", id)
 		}
 	}
-	r.in.keeper.mu.Unlock()
+	r.in.leases.keeper.mu.Unlock()
 	select {
 	case <-time.After(ttl + time.Second):
 	case <-ctx.Done():
@@ -275,7 +275,8 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 // TestLeaseRecountsBounded: an endpoint whose live keys hover near the
 // lease bound (an LRU cache at capacity: one eviction and one store per
 // batch) recounts its shards' keys in etcd a bounded number of times, not
-// every few batches, and no lease ever holds more than KeysPerLease keys.
+// every few batches; and once it grows to more than twice the bound, its
+// keys spread over enough leases that none holds more than KeysPerLease.
 func TestLeaseRecountsBounded(t *testing.T) {
 	const topic = "recount"
 	e := newEnv(t, 1, []string{topic})
@@ -285,9 +286,9 @@ func TestLeaseRecountsBounded(t *testing.T) {
 	cfg.KeysPerLease = 50
 	r := start(t, cfg)
 
-	const live, churn = 40, 100
+	const live, churn, grow = 40, 100, 80
 	now := time.Now()
-	hashes := chain(50+churn, 7)
+	hashes := chain(50+churn+grow, 7)
 	apply := func(evs ...events.Event) {
 		t.Helper()
 		rec := batchRecord(t, "m", "pod", now, evs...)
@@ -298,13 +299,13 @@ func TestLeaseRecountsBounded(t *testing.T) {
 	apply(events.Event{Type: events.BlockStored, BlockHashes: hashes[:50], Medium: "GPU"})
 	apply(events.Event{Type: events.BlockRemoved, BlockHashes: hashes[:50-live], Medium: "GPU"})
 	// Churn at capacity, each batch in a window of its own.
-	for i := 50; i < len(hashes); i++ {
+	for i := 50; i < 50+churn; i++ {
 		apply(events.Event{Type: events.BlockRemoved, BlockHashes: []uint64{hashes[i-live]}, Medium: "GPU"},
 			events.Event{Type: events.BlockStored, BlockHashes: []uint64{hashes[i]}, Medium: "GPU"})
 	}
 	id := keyspace.Endpoint{Model: "m", Pod: "pod"}
 	if n := blockCount(t, ctx, e, cfg.Keyspace, id); n != live {
-		t.Fatalf("%d block keys, want %d", n, live)
+		t.Fatalf("%d block keys after the churn, want %d", n, live)
 	}
 	// A shard found at least half full by a recount is closed, so each
 	// recount is followed by at least 25 puts on a fresh shard; keeping
@@ -314,13 +315,26 @@ func TestLeaseRecountsBounded(t *testing.T) {
 	if recounts < 1 || recounts > 6 {
 		t.Errorf("lease recounts = %v over %d batches at capacity, want 1 to 6", recounts, churn)
 	}
+
+	// Grow past twice the bound, a few keys per batch.
+	for i := 50 + churn; i < len(hashes); i += 8 {
+		apply(events.Event{Type: events.BlockStored, BlockHashes: hashes[i:min(i+8, len(hashes))], Medium: "GPU"})
+	}
+	want := live + grow
+	if n := blockCount(t, ctx, e, cfg.Keyspace, id); n != want {
+		t.Fatalf("%d block keys after growing, want %d", n, want)
+	}
 	perLease := map[clientv3.LeaseID]int{}
-	for _, h := range hashes[len(hashes)-live:] {
+	for _, h := range hashes[len(hashes)-want:] {
 		lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, cfg.Keyspace.BlockKey(id, tier.GPU, h))
 		if err != nil {
 			t.Fatal(err)
 		}
 		perLease[lease]++
+	}
+	t.Logf("keys per lease: %v", perLease)
+	if need := (want + cfg.KeysPerLease - 1) / cfg.KeysPerLease; len(perLease) < need {
+		t.Errorf("%d live keys on %d leases, want at least %d at %d keys per lease", want, len(perLease), need, cfg.KeysPerLease)
 	}
 	recorded := map[int64]bool{}
 	for _, s := range ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id].TierLeases["gpu"] {

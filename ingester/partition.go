@@ -2,8 +2,6 @@ package ingester
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"log/slog"
 	"time"
 
@@ -11,9 +9,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // input is what the poll loop hands a worker: fetched records in offset
@@ -27,28 +24,33 @@ type input struct {
 	bytes int64
 }
 
-// worker owns one assigned partition: it applies the partition's records in
-// order and writes them in fenced transactions. Only its goroutine touches
-// its fields.
+// worker owns one assigned partition: it applies the partition's records
+// in order (ap, the apply part) and writes each window in fenced
+// transactions (commit: drops, the lease manager's settle, packing and
+// sending). Only its goroutine touches its fields and its endpoints; the
+// lease manager is shared with the other workers.
 type worker struct {
 	cfg    *Config
 	p      keyspace.Partition
 	log    *slog.Logger
 	m      *metrics
 	kv     pb.KVClient
-	etcd   *clientv3.Client
-	keeper *keeper
-	dec    *events.Decoder
+	leases *leaseManager
+
+	// ap applies records into win; eps is ap's endpoint map (the
+	// partition's endpoints), shared with it.
+	ap  applier
+	win *window
+	eps map[keyspace.Endpoint]*endpoint
+
 	// b is the transaction being built (nil while commit has just
 	// launched it); idle are builders free for the next ones, flights the
 	// window's block transactions in flight (oldest first) and failed
-	// those that came back with an error; seqs numbers the builders'
-	// transactions. See pipeline.go.
+	// those that came back with an error. See pipeline.go.
 	b        *txnBuilder
 	idle     []*txnBuilder
 	flights  []*flight
 	failed   []*flight
-	seqs     uint64
 	ownerKey string
 
 	claimRev  int64
@@ -61,23 +63,9 @@ type worker struct {
 	reset           int64
 	hwm             int64
 
-	eps   map[keyspace.Endpoint]*endpoint
-	ops   *opSet
-	dirty []*endpoint
-	// windowRecords counts the records of the open window; window numbers
-	// the windows commit writes (lease shards count their unsent keys per
-	// window).
-	windowRecords int
-	window        uint64
-
-	// clock is the partition clock; minLast a lower bound of the live
-	// endpoints' last-record times (so most records skip the expiry scan).
-	// The clock starts at zero when a worker starts, not at the loaded
-	// endpoints' last-record times: a replay of older records (an offset
-	// rewound by an operator) must age by its own record times, so the
-	// endpoints it touches cannot look fresher than they were.
-	clock   time.Time
-	minLast time.Time
+	// window numbers the windows commit writes (lease shards count their
+	// unsent keys per window).
+	window uint64
 
 	// onCommit publishes the stored offset (for Kafka lag commits).
 	onCommit func(next int64)
@@ -86,19 +74,19 @@ type worker struct {
 	dequeued func(n int64)
 
 	keyBuf []byte
-	leases []clientv3.LeaseID
 	// vals are the commit part's encoded records.
 	vals [][]byte
 }
 
 // maxDirty bounds the endpoints one window may touch: the commit
-// transaction writes all their records plus the offset.
+// transaction writes all their records (with their member keys, for
+// endpoints new to etcd) plus the offset, so two ops each and one more.
 func (w *worker) maxDirty() int { return (w.cfg.MaxTxnOps - 1) / 2 }
 
 // run applies inputs until ctx ends (abandoning the open window: a
 // successor replays it) or drain is closed (writing what was queued).
 func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
-	defer w.releaseLeases()
+	defer w.release()
 	if err := w.init(ctx); err != nil {
 		return err
 	}
@@ -130,7 +118,7 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 				return err
 			}
 		more:
-			for w.windowRecords < w.cfg.WindowRecords {
+			for w.win.records < w.cfg.WindowRecords {
 				select {
 				case x := <-in:
 					if err := w.handle(ctx, x); err != nil {
@@ -173,13 +161,10 @@ func (w *worker) handle(ctx context.Context, x input) error {
 		if r.Offset < w.next {
 			continue // already applied (a refetch after SetOffsets)
 		}
-		behind := r.Offset+1 < x.hwm
-		if err := w.record(ctx, r, behind); err != nil {
-			return err
-		}
+		w.ap.record(r, r.Offset+1 < x.hwm)
 		w.next = r.Offset + 1
-		w.windowRecords++
-		if w.windowRecords >= w.cfg.WindowRecords || w.ops.len() >= w.cfg.WindowOps || len(w.dirty) >= w.maxDirty() {
+		w.win.records++
+		if w.win.records >= w.cfg.WindowRecords || w.win.ops.len() >= w.cfg.WindowOps || len(w.win.dirty) >= w.maxDirty() {
 			if err := w.commit(ctx); err != nil {
 				return err
 			}
@@ -188,208 +173,38 @@ func (w *worker) handle(ctx context.Context, x input) error {
 	return nil
 }
 
-// advanceClock moves the partition clock for a record: its Kafka timestamp
-// while the partition is behind, wall time once caught up; never back.
-func (w *worker) advanceClock(t time.Time) {
-	if t.After(w.clock) {
-		w.clock = t
-	}
-}
-
-// expire drops every endpoint silent for longer than the liveness window
-// on the partition clock (DESIGN semantics 8).
-func (w *worker) expire(ctx context.Context) error {
-	if !w.minLast.IsZero() && w.clock.Sub(w.minLast) <= w.cfg.LivenessWindow {
-		return nil
-	}
-	var oldest time.Time
-	for _, ep := range w.eps {
-		if w.clock.Sub(ep.cur.lastRecord) > w.cfg.LivenessWindow {
-			w.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", w.clock)
-			if err := w.drop(ctx, ep, "expired", true); err != nil {
-				return err
-			}
-			continue
-		}
-		if oldest.IsZero() || ep.cur.lastRecord.Before(oldest) {
-			oldest = ep.cur.lastRecord
-		}
-	}
-	if oldest.IsZero() {
-		oldest = w.clock
-	}
-	w.minLast = oldest
-	return nil
-}
-
-// onTick ages an idle, caught-up partition's endpoints on wall time.
+// onTick ages an idle, caught-up partition's endpoints on wall time and
+// writes the drops of the ones that expired.
 func (w *worker) onTick(ctx context.Context) error {
-	if w.next < w.hwm || w.ops.len() > 0 || len(w.dirty) > 0 {
+	if w.next < w.hwm || !w.win.empty() {
 		return nil // behind: the records' own times move the clock
 	}
-	w.advanceClock(w.cfg.Clock.Now())
-	return w.expire(ctx)
+	w.ap.advanceClock(w.cfg.Clock.Now())
+	w.ap.expire()
+	return w.commit(ctx)
 }
 
-// touch records a batch or heartbeat of ep at the partition clock.
-func (w *worker) touch(ep *endpoint) {
-	ep.cur.lastRecord = w.clock
-	if w.clock.Before(w.minLast) {
-		w.minLast = w.clock
-	}
-	w.markDirty(ep)
-}
-
-// markDirty queues ep's record for the window's commit transaction.
-func (w *worker) markDirty(ep *endpoint) {
-	if !ep.dirty {
-		ep.dirty = true
-		w.dirty = append(w.dirty, ep)
-	}
-}
-
-// endpoint returns the state of id, creating it (absent from etcd) when
-// create is set; nil otherwise.
-func (w *worker) endpoint(id keyspace.Endpoint, create bool) *endpoint {
-	if ep := w.eps[id]; ep != nil || !create {
-		return ep
-	}
-	ep := newEndpoint(w.cfg.Keyspace, id)
-	w.eps[id] = ep
-	return ep
-}
-
-// drop deletes every block key of ep in guarded pages and voids its pending
-// ops; with deleteRecord (goodbye, expiry) it also deletes the endpoint
-// record in the last page and forgets the endpoint.
-func (w *worker) drop(ctx context.Context, ep *endpoint, reason string, deleteRecord bool) error {
-	w.m.drops.WithLabelValues(reason).Inc()
-	ep.epoch++
-	end := []byte(keyspace.RangeEnd(ep.blocksPrefix))
-	for {
-		all := true
-		var last []byte
-		hasKeys := false
-		if ep.mayHaveBlocks {
-			resp, err := w.rangeKeys(ctx, ep.blocksPrefix, end)
-			if err != nil {
-				return err
-			}
-			if len(resp.Kvs) > 0 {
-				hasKeys = true
-				if resp.More {
-					all = false
-					last = resp.Kvs[len(resp.Kvs)-1].Key
-				}
-			}
-		}
-		w.b.reset(w.claimRev)
-		if hasKeys {
-			if all {
-				w.b.del(w.b.key([]byte(ep.blocksPrefix)), end)
-			} else {
-				w.keyBuf = append(append(w.keyBuf[:0], last...), 0)
-				w.b.del(w.b.key([]byte(ep.blocksPrefix)), w.b.key(w.keyBuf))
-			}
-		}
-		if all && deleteRecord && ep.inEtcd {
-			w.b.del(w.b.key([]byte(ep.key)), nil)
-		}
-		if w.b.n() > 0 {
-			if err := w.sendRetryingLeases(ctx, TxnDrop); err != nil {
-				return err
-			}
-		}
-		if all {
-			break
-		}
-	}
-	ep.mayHaveBlocks = false
-	for _, t := range tier.All {
-		for i := range ep.tiers[t] {
-			ep.tiers[t][i].keys = 0
-		}
-	}
-	if !deleteRecord {
-		// Keep one empty lease per tier for the blocks to come; the rest
-		// are empty now and go.
-		for _, t := range tier.All {
-			if n := len(ep.tiers[t]); n > 1 {
-				for _, s := range ep.tiers[t][1:] {
-					w.revoke(ctx, s.id)
-				}
-				ep.tiers[t] = ep.tiers[t][:1]
-				ep.leasesChanged()
-				w.markDirty(ep)
-			}
-		}
-		return nil
-	}
-	// Forget the endpoint: its blocks and record are gone, so its leases
-	// hold no keys and can be revoked.
-	ep.inEtcd = false
-	ep.gone = true
-	w.leases = ep.leaseIDs(w.leases[:0])
-	for _, id := range w.leases {
-		w.revoke(ctx, id)
-	}
-	if w.eps[ep.id] == ep {
-		delete(w.eps, ep.id)
-	}
-	return nil
-}
-
-// rangeKeys lists up to DropPageSize keys of [prefix, end), keys only.
-func (w *worker) rangeKeys(ctx context.Context, prefix string, end []byte) (*pb.RangeResponse, error) {
-	backoff := 20 * time.Millisecond
-	for {
-		resp, err := w.kv.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, Limit: int64(w.cfg.DropPageSize), KeysOnly: true})
-		if err == nil {
-			return resp, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		w.log.Warn("etcd range failed; retrying", "prefix", prefix, "err", err)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 2*time.Second)
-	}
-}
-
-// sendRetryingLeases sends a transaction that attaches no lease (drops,
-// resets): errLeaseGone cannot happen, but is retried for safety.
-func (w *worker) sendRetryingLeases(ctx context.Context, kind TxnKind) error {
-	err := w.send(ctx, kind)
-	if errors.Is(err, errLeaseGone) {
-		return fmt.Errorf("ingester: %s transaction reported a missing lease: %w", kind, err)
-	}
-	return err
-}
-
-// revoke revokes a lease that holds no keys and stops keeping it alive.
-// Failure is logged: an unrevoked empty lease just expires.
-func (w *worker) revoke(ctx context.Context, id clientv3.LeaseID) {
-	if id == 0 {
-		return
-	}
-	w.keeper.remove(id)
-	if _, err := w.etcd.Revoke(ctx, id); err != nil && ctx.Err() == nil {
-		w.log.Debug("revoking an empty lease failed; it will expire", "lease", keyspaceLease(id), "err", err)
-	}
-}
-
-// releaseLeases stops keeping the partition's leases alive (the partition
-// is going; its successor adopts them).
-func (w *worker) releaseLeases() {
-	w.leases = w.leases[:0]
+// endpoints returns the partition's endpoints.
+func (w *worker) endpoints() []*endpoint {
+	out := make([]*endpoint, 0, len(w.eps))
 	for _, ep := range w.eps {
-		w.leases = ep.leaseIDs(w.leases)
+		out = append(out, ep)
 	}
-	w.keeper.remove(w.leases...)
+	return out
+}
+
+// backoff is the delay of the worker's etcd retries (real time, not
+// Config.Clock: that is the partition clock, which tests move by hand).
+func (w *worker) backoff() *backoff.Backoff { return retryBackoff() }
+
+// release stops keeping the partition's leases alive (the partition is
+// going; its successor adopts them).
+func (w *worker) release() {
+	var ids []clientv3.LeaseID
+	for _, ep := range w.eps {
+		ids = ep.leaseIDs(ids)
+	}
+	w.leases.release(ids...)
 	w.m.lag.DeleteLabelValues(partitionLabel(w.p.Partition))
 }
 
@@ -406,19 +221,21 @@ func (w *worker) resetTo(ctx context.Context, start int64) error {
 			"stored_offset", w.next, "log_start", start, "endpoints", len(w.eps))
 	}
 	for _, ep := range w.eps {
-		if err := w.drop(ctx, ep, "reset", true); err != nil {
-			return err
-		}
+		w.ap.drop(ep, "reset", true)
 	}
+	if err := w.writeDrops(ctx); err != nil {
+		return err
+	}
+	w.win.reset() // every endpoint is gone
 	w.b.reset(w.claimRev)
 	w.b.put(w.b.key(w.offsetKey), []byte(keyspace.FormatOffset(start)), 0)
 	w.b.offset = start
-	if err := w.sendRetryingLeases(ctx, TxnReset); err != nil {
+	if err := w.sendUnleased(ctx, TxnReset); err != nil {
 		return err
 	}
 	w.next, w.committed = start, start
 	// A fresh history: the replay's own record times drive the clock.
-	w.clock, w.minLast = time.Time{}, time.Time{}
+	w.ap.clock, w.ap.minLast = time.Time{}, time.Time{}
 	if w.onCommit != nil {
 		w.onCommit(start)
 	}

@@ -29,7 +29,7 @@ func (w *worker) idleBuilder() *txnBuilder {
 		w.idle = w.idle[:n-1]
 		return b
 	}
-	return newTxnBuilder(w.cfg.MaxTxnOps, w.ownerKey, &w.seqs)
+	return newTxnBuilder(w.cfg.MaxTxnOps, w.ownerKey)
 }
 
 // launch sends w.b's block transaction, which carries ops[from:to], in a
@@ -45,7 +45,6 @@ func (w *worker) launch(ctx context.Context, ops []pendingOp, from, to int) (rep
 		return w.land(ctx, ops)
 	}
 	b := w.b
-	b.seal()
 	if err := w.beforeTxn(ctx, b, TxnBlocks); err != nil {
 		return false, w.abandon(err)
 	}
@@ -77,9 +76,9 @@ func (w *worker) landOldest(ops []pendingOp) {
 
 // land waits for every flight of the window. When all committed it reports
 // false. When some failed only because a lease expired, it replaces the
-// expired leases, sends the failed ranges again one transaction at a time,
-// and reports true (any transaction built meanwhile names leases that may
-// be gone and must be rebuilt). Any other failure (fenced, too big, the
+// expired leases (repairLeases), sends the failed ranges again one
+// transaction at a time, and reports true (any transaction built
+// meanwhile names leases that may be gone and must be rebuilt). Any other failure (fenced, too big, the
 // hook, ctx) is returned.
 func (w *worker) land(ctx context.Context, ops []pendingOp) (repaired bool, err error) {
 	for len(w.flights) > 0 {
@@ -95,7 +94,7 @@ func (w *worker) land(ctx context.Context, ops []pendingOp) (repaired bool, err 
 			return false, f.err
 		}
 	}
-	if err := w.fixLeases(ctx); err != nil {
+	if err := w.repairLeases(ctx); err != nil {
 		return false, err
 	}
 	for _, f := range failed {
@@ -106,20 +105,20 @@ func (w *worker) land(ctx context.Context, ops []pendingOp) (repaired bool, err 
 	return true, nil
 }
 
-// resend writes ops[from:to] again, one transaction at a time, re-granting
+// resend writes ops[from:to] again, one transaction at a time, repairing
 // leases that expire meanwhile.
 func (w *worker) resend(ctx context.Context, ops []pendingOp, from, to int) error {
 	for i := from; i < to; {
 		w.b = w.idleBuilder()
 		w.b.reset(w.claimRev)
-		j, err := w.fill(ctx, ops[:to], i)
+		j, err := w.fill(ops[:to], i)
 		if err != nil {
 			return err
 		}
 		if w.b.n() > 0 {
-			err = w.send(ctx, TxnBlocks)
+			err = w.send(ctx, w.b, TxnBlocks)
 			if errors.Is(err, errLeaseGone) {
-				if err := w.fixLeases(ctx); err != nil {
+				if err := w.repairLeases(ctx); err != nil {
 					return err
 				}
 				continue

@@ -12,6 +12,8 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/backoff"
 )
 
 // txnOverhead approximates the protobuf framing of one request op (tags,
@@ -21,14 +23,10 @@ const txnOverhead = 24
 // txnBuilder builds one guarded write transaction at a time, reusing its
 // memory: request structs live in arrays sized for MaxTxnOps, keys in an
 // arena. A built request is valid until the next reset. A worker owns a few
-// builders (one per transaction in flight) that share one sequence counter.
+// builders (one per transaction in flight). What a transaction carries is
+// the builder's state alone: the packer asks it (record) instead of
+// keeping marks on the endpoints.
 type txnBuilder struct {
-	// seq names the transaction being built: every reset takes the next
-	// value of the shared counter seqs, so it is unique among the worker's
-	// builders.
-	seq  uint64
-	seqs *uint64
-
 	req  pb.TxnRequest
 	cmp  pb.Compare
 	cmpu pb.Compare_ModRevision
@@ -47,21 +45,25 @@ type txnBuilder struct {
 	offset int64
 	// blockOps counts the block puts and deletes added.
 	blockOps int
-	// recs are the endpoints whose record the transaction puts, with the
-	// lease generation each record was written with (see seal).
+	// recs are the endpoint records the transaction puts.
 	recs []recPut
+	// last is the index in recs of the record found by the last record
+	// call (a window's ops come endpoint by endpoint).
+	last int
 }
 
-// recPut is an endpoint record put by a transaction, written with the
-// endpoint's lease generation gen.
+// recPut is an endpoint record put by a transaction: the op that puts it,
+// and the endpoint's lease generation it was written with (afterTxn needs
+// it once the transaction commits; by then the endpoint may be in a later
+// transaction being built).
 type recPut struct {
 	ep  *endpoint
+	op  int
 	gen uint64
 }
 
-func newTxnBuilder(maxOps int, ownerKey string, seqs *uint64) *txnBuilder {
+func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
 	b := &txnBuilder{
-		seqs:  seqs,
 		ops:   make([]*pb.RequestOp, 0, maxOps),
 		reqs:  make([]pb.RequestOp, maxOps),
 		puts:  make([]pb.PutRequest, maxOps),
@@ -77,8 +79,6 @@ func newTxnBuilder(maxOps int, ownerKey string, seqs *uint64) *txnBuilder {
 
 // reset starts a new transaction guarded by ModRevision(owner) == claimRev.
 func (b *txnBuilder) reset(claimRev int64) {
-	*b.seqs++
-	b.seq = *b.seqs
 	clear(b.recs)
 	b.recs = b.recs[:0]
 	b.cmpu.ModRevision = claimRev
@@ -99,8 +99,8 @@ func (b *txnBuilder) key(k []byte) []byte {
 	return b.arena[start:len(b.arena):len(b.arena)]
 }
 
-// put adds a put of key (appended by the caller to the arena, see
-// appendKey) and returns the op's index.
+// put adds a put of key (in the arena: see key and blockKey) and returns
+// the op's index.
 func (b *txnBuilder) put(key, value []byte, lease clientv3.LeaseID) int {
 	i := len(b.ops)
 	b.puts[i] = pb.PutRequest{Key: key, Value: value, Lease: int64(lease)}
@@ -127,26 +127,41 @@ func (b *txnBuilder) del(key, end []byte) {
 	b.bytes += len(key) + len(end) + txnOverhead
 }
 
-// putRecord adds the put of ep's record and remembers it for afterTxn.
-func (b *txnBuilder) putRecord(ep *endpoint, rec []byte) {
-	ep.recTxn, ep.recOp, ep.recGen = b.seq, b.put(b.key([]byte(ep.key)), rec, ep.lease), ep.leaseGen
-	b.recs = append(b.recs, recPut{ep: ep})
-}
-
-// setRecord replaces the value of ep's record put in this transaction.
-func (b *txnBuilder) setRecord(ep *endpoint, rec []byte) {
-	b.setValue(ep.recOp, rec)
-	ep.recGen = ep.leaseGen
-}
-
-// seal ends the building: it notes the lease generation of each record
-// put, which afterTxn needs once the transaction commits (by then the
-// endpoint may be in a later transaction being built).
-func (b *txnBuilder) seal() {
-	for k := range b.recs {
-		b.recs[k].gen = b.recs[k].ep.recGen
+// record returns the index in recs of ep's record put in this transaction,
+// if there is one.
+func (b *txnBuilder) record(ep *endpoint) (int, bool) {
+	if b.last < len(b.recs) && b.recs[b.last].ep == ep {
+		return b.last, true
 	}
+	for k := range b.recs {
+		if b.recs[k].ep == ep {
+			b.last = k
+			return k, true
+		}
+	}
+	return 0, false
 }
+
+// putRecord adds the put of ep's record rec, on ep's record lease, with its
+// member key when etcd may not have it (a record not in etcd), and
+// remembers it for afterTxn.
+func (b *txnBuilder) putRecord(ep *endpoint, rec []byte) {
+	if !ep.inEtcd {
+		b.put(b.key([]byte(ep.memberKey)), nil, ep.lease)
+	}
+	op := b.put(b.key([]byte(ep.key)), rec, ep.lease)
+	b.recs = append(b.recs, recPut{ep: ep, op: op, gen: ep.leaseGen})
+	b.last = len(b.recs) - 1
+}
+
+// setRecord replaces the value of the record put recs[k] with rec.
+func (b *txnBuilder) setRecord(k int, rec []byte) {
+	b.setValue(b.recs[k].op, rec)
+	b.recs[k].gen = b.recs[k].ep.leaseGen
+}
+
+// recordLen is the length of the value of the record put recs[k].
+func (b *txnBuilder) recordLen(k int) int { return len(b.puts[b.recs[k].op].Value) }
 
 // request returns the built request.
 func (b *txnBuilder) request() *pb.TxnRequest {
@@ -157,16 +172,15 @@ func (b *txnBuilder) request() *pb.TxnRequest {
 // errLeaseGone reports that a transaction named a lease etcd no longer has.
 var errLeaseGone = errors.New("ingester: lease not found")
 
-// send commits the built transaction, retrying transient etcd errors until
-// ctx ends. It returns ErrFenced when the guard fails, errLeaseGone when a
-// lease expired (the caller re-grants and rebuilds), the BeforeTxn hook's
-// error, or ctx's error.
-func (w *worker) send(ctx context.Context, kind TxnKind) error {
-	w.b.seal()
-	if err := w.beforeTxn(ctx, w.b, kind); err != nil {
+// send commits b's transaction, retrying transient etcd errors until ctx
+// ends. It returns ErrFenced when the guard fails, errLeaseGone when a
+// lease expired (the caller repairs the leases and rebuilds), the
+// BeforeTxn hook's error, or ctx's error.
+func (w *worker) send(ctx context.Context, b *txnBuilder, kind TxnKind) error {
+	if err := w.beforeTxn(ctx, b, kind); err != nil {
 		return err
 	}
-	return w.exec(ctx, w.b, kind)
+	return w.exec(ctx, b, kind)
 }
 
 // beforeTxn calls the Config.BeforeTxn hook for b, in the worker's
@@ -187,7 +201,7 @@ func (w *worker) beforeTxn(ctx context.Context, b *txnBuilder, kind TxnKind) err
 // logger), so transactions in flight run it in their own goroutines.
 func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 	req := b.request()
-	backoff := 20 * time.Millisecond
+	bo := w.backoff()
 	for {
 		start := time.Now()
 		resp, err := w.kv.Txn(ctx, req)
@@ -215,13 +229,11 @@ func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 				kind, b.n(), b.bytes, err)
 		}
 		w.m.txnRetries.Inc()
-		w.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", backoff)
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(backoff):
+		d := bo.Next()
+		w.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
+		if err := backoff.Sleep(ctx, bo.Clock, d); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, 2*time.Second)
 	}
 }
 

@@ -163,9 +163,9 @@ func (ix *Index) Stats() Stats {
 // for a key or value it cannot use, an error wrapping
 // keyspace.ErrMalformedKey, ErrMalformedValue or ErrFull; the caller
 // counts and logs it, and the index is unchanged except that a malformed
-// endpoint record still marks its endpoint as recorded. owners/ and
-// ingesters/ keys are not indexed. Call it inside Write (or on an index not
-// shared yet).
+// endpoint record still marks its endpoint as recorded. owners/,
+// ingesters/ and members/ keys are not indexed. Call it inside Write (or
+// on an index not shared yet).
 func (ix *Index) ApplyPut(key string, value []byte) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
@@ -175,7 +175,7 @@ func (ix *Index) ApplyPut(key string, value []byte) (keyspace.Kind, error) {
 		return kind, ix.putEndpoint(key, value)
 	case keyspace.KindOffset:
 		return kind, ix.putOffset(key, value)
-	case keyspace.KindOwner, keyspace.KindIngester:
+	case keyspace.KindOwner, keyspace.KindIngester, keyspace.KindMember:
 		return kind, nil
 	}
 	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
@@ -192,7 +192,7 @@ func (ix *Index) ApplyDelete(key string) (keyspace.Kind, error) {
 		return kind, ix.deleteEndpoint(key)
 	case keyspace.KindOffset:
 		return kind, ix.deleteOffset(key)
-	case keyspace.KindOwner, keyspace.KindIngester:
+	case keyspace.KindOwner, keyspace.KindIngester, keyspace.KindMember:
 		return kind, nil
 	}
 	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)

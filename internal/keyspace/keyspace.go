@@ -16,6 +16,7 @@ const (
 	sectionOwners    = "owners/"
 	sectionOffsets   = "offsets/"
 	sectionIngesters = "ingesters/"
+	sectionMembers   = "members/"
 )
 
 // Keyspace builds and parses keys under one prefix. The zero value is not
@@ -52,7 +53,11 @@ const (
 	KindOwner
 	KindOffset
 	KindIngester
+	KindMember
 )
+
+// KindCount is one more than the largest Kind, for arrays indexed by Kind.
+const KindCount = KindMember + 1
 
 // String returns the section name of the kind.
 func (k Kind) String() string {
@@ -67,6 +72,8 @@ func (k Kind) String() string {
 		return "offsets"
 	case KindIngester:
 		return "ingesters"
+	case KindMember:
+		return "members"
 	}
 	return "unknown"
 }
@@ -89,6 +96,8 @@ func (k Keyspace) KindOf(key string) Kind {
 		return KindOffset
 	case strings.HasPrefix(rest, sectionIngesters):
 		return KindIngester
+	case strings.HasPrefix(rest, sectionMembers):
+		return KindMember
 	}
 	return KindUnknown
 }

@@ -273,3 +273,28 @@ func TestRecordsRoundTrip(t *testing.T) {
 		t.Fatalf("ingester record round trip: %v, %v", gotIng, err)
 	}
 }
+
+func TestMemberKeyRoundTrip(t *testing.T) {
+	ks := Default()
+	p := Partition{Topic: "kv events", Partition: 7}
+	ep := Endpoint{Model: "meta/llama", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 2}
+	key := ks.MemberKey(p, ep)
+	if diff := cmp.Diff("/kvindex/v1/members/kv%20events/7/meta%2Fllama/team-a%2Fvllm%200@10.0.0.5:8000/2", key); diff != "" {
+		t.Errorf("MemberKey (-want +got):\n%s", diff)
+	}
+	if !strings.HasPrefix(key, ks.MembersPrefix(p)) || ks.KindOf(key) != KindMember {
+		t.Errorf("%q: not under MembersPrefix %q or kind %v", key, ks.MembersPrefix(p), ks.KindOf(key))
+	}
+	gotP, gotEp, err := ks.ParseMemberKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([2]any{p, ep}, [2]any{gotP, gotEp}); diff != "" {
+		t.Errorf("ParseMemberKey (-want +got):\n%s", diff)
+	}
+	for _, bad := range []string{"/kvindex/v1/members/t/7", "/kvindex/v1/members/t/x/m/p/0", "/kvindex/v1/members/t/7/m/p", "/kvindex/v1/endpoints/m/p/0"} {
+		if _, _, err := ks.ParseMemberKey(bad); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseMemberKey(%q) = %v, want ErrMalformedKey", bad, err)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package keyspace
 import (
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // Partition names one Kafka topic partition.
@@ -97,4 +98,45 @@ func (k Keyspace) ParseIngesterKey(key string) (string, error) {
 		return "", err
 	}
 	return unescape("ingester id", rest)
+}
+
+// MembersPrefix is the prefix of the member keys of partition p: one key
+// per endpoint whose record names p, so a new owner of p reads its
+// endpoints without reading every endpoint record of the keyspace.
+func (k Keyspace) MembersPrefix(p Partition) string {
+	return k.prefix + sectionMembers + escape(p.Topic) + "/" + strconv.FormatInt(int64(p.Partition), 10) + "/"
+}
+
+// MemberKey is the key that lists ep among partition p's endpoints:
+// members/{topic}/{partition}/{model}/{pod}/{rank}. Its value is empty; it
+// is written with the endpoint's record, on the record's lease, and deleted
+// with it.
+func (k Keyspace) MemberKey(p Partition, ep Endpoint) string {
+	return k.MembersPrefix(p) + escape(ep.Model) + "/" + escape(ep.Pod) + "/" + strconv.FormatUint(uint64(ep.Rank), 10)
+}
+
+// ParseMemberKey parses a member key strictly.
+func (k Keyspace) ParseMemberKey(key string) (Partition, Endpoint, error) {
+	rest, err := k.cut(key, sectionMembers)
+	if err != nil {
+		return Partition{}, Endpoint{}, err
+	}
+	topic, rest, ok1 := strings.Cut(rest, "/")
+	part, path, ok2 := strings.Cut(rest, "/")
+	if !ok1 || !ok2 {
+		return Partition{}, Endpoint{}, fmt.Errorf("%w: %q has too few segments after its section", ErrMalformedKey, key)
+	}
+	t, err := unescape("topic", topic)
+	if err != nil {
+		return Partition{}, Endpoint{}, err
+	}
+	n, err := parseInt32("partition", part)
+	if err != nil {
+		return Partition{}, Endpoint{}, err
+	}
+	ep, err := k.parseEndpointPath(key, path)
+	if err != nil {
+		return Partition{}, Endpoint{}, err
+	}
+	return Partition{Topic: t, Partition: n}, ep, nil
 }

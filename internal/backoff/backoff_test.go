@@ -1,0 +1,88 @@
+package backoff
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+)
+
+func TestNextDoublesWithinJitter(t *testing.T) {
+	b := New(100*time.Millisecond, time.Second, nil)
+	nominal := []time.Duration{100, 200, 400, 800, 1000, 1000}
+	for round := range 50 {
+		b.Reset()
+		for i, n := range nominal {
+			d, lo := b.Next(), n*time.Millisecond/2
+			if d < lo || d > n*time.Millisecond {
+				t.Fatalf("round %d wait %d = %v, want within [%v, %v]", round, i, d, lo, n*time.Millisecond)
+			}
+		}
+	}
+}
+
+func TestNextJitters(t *testing.T) {
+	b := New(time.Second, time.Second, nil)
+	seen := map[time.Duration]bool{}
+	for range 20 {
+		seen[b.Next()] = true
+	}
+	if len(seen) < 2 {
+		t.Errorf("20 waits of a 1 s backoff were all %v, want them spread over [0.5 s, 1 s]", seen)
+	}
+}
+
+func TestRetryWaitsOnTheClock(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	b := New(time.Second, 4*time.Second, clock)
+	calls := 0
+	var delays []time.Duration
+	done := make(chan error, 1)
+	go func() {
+		done <- Retry(context.Background(), b, func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return errors.New("not yet")
+			}
+			return nil
+		}, func(_ error, d time.Duration) { delays = append(delays, d) })
+	}()
+	for range 2 {
+		if err := clock.BlockUntilContext(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(4 * time.Second)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("Retry = %v, want nil", err)
+	}
+	if calls != 3 || len(delays) != 2 {
+		t.Fatalf("%d calls, delays %v; want 3 calls and 2 delays", calls, delays)
+	}
+	if delays[0] > time.Second || delays[1] < time.Second || delays[1] > 2*time.Second {
+		t.Errorf("delays %v, want the first within [0.5 s, 1 s] and the second within [1 s, 2 s]", delays)
+	}
+}
+
+func TestRetryStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	boom := errors.New("boom")
+	b := New(time.Hour, time.Hour, nil)
+	calls := 0
+	err := Retry(ctx, b, func(context.Context) error {
+		calls++
+		return boom
+	}, func(error, time.Duration) { cancel() })
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("Retry = %v, want context.Canceled", err)
+	}
+	if diff := cmp.Diff("context canceled (last error: boom)", err.Error()); diff != "" {
+		t.Errorf("error text (-want +got):\n%s", diff)
+	}
+	if calls != 1 {
+		t.Errorf("%d calls, want 1", calls)
+	}
+}

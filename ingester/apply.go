@@ -108,6 +108,11 @@ type applier struct {
 	// endpoints it touches cannot look fresher than they were.
 	clock   time.Time
 	minLast time.Time
+
+	// out is the ingester's outage watch, shared by its partitions (nil:
+	// no outage rule); live is this partition's outage state (outage.go).
+	out  *outageWatch
+	live liveness
 }
 
 // record applies one Kafka record to the window. behind reports that the
@@ -115,6 +120,9 @@ type applier struct {
 // partition clock then).
 func (a *applier) record(r *kgo.Record, behind bool) {
 	a.m.records.Inc()
+	if a.out != nil {
+		a.out.saw(r.Timestamp) // evidence for the topic-wide outage rule
+	}
 	// The partition clock: the record's timestamp while behind, wall time
 	// once caught up, and never a time in the future (a producer's clock,
 	// on a topic without LogAppendTime, must not expire every other
@@ -310,18 +318,25 @@ func (a *applier) advanceClock(t time.Time) {
 	if t.After(a.clock) {
 		a.clock = t
 	}
+	a.afterClock()
 }
 
 // expire drops every endpoint silent for longer than the liveness window
-// on the partition clock (DESIGN semantics 8).
+// on the partition clock, outage time left out, unless the topic is in an
+// outage or the partition within a grace (DESIGN semantics 8).
 func (a *applier) expire() {
+	a.syncOutage()
+	if !a.mayExpire() {
+		return
+	}
 	if !a.minLast.IsZero() && a.clock.Sub(a.minLast) <= a.cfg.LivenessWindow {
 		return
 	}
 	var oldest time.Time
 	for _, ep := range a.eps {
-		if a.clock.Sub(ep.cur.lastRecord) > a.cfg.LivenessWindow {
-			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock)
+		if a.silence(ep) > a.cfg.LivenessWindow {
+			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock,
+				"outage_seconds", (a.live.credit - ep.outageCredit).Seconds())
 			a.drop(ep, "expired", true)
 			continue
 		}
@@ -338,6 +353,7 @@ func (a *applier) expire() {
 // touch records a batch or heartbeat of ep at the partition clock.
 func (a *applier) touch(ep *endpoint) {
 	ep.cur.lastRecord = a.clock
+	ep.outageCredit = a.live.credit
 	if a.clock.Before(a.minLast) {
 		a.minLast = a.clock
 	}

@@ -210,7 +210,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		m:         in.m,
 		kv:        in.kv,
 		leases:    in.leases,
-		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), eps: eps, win: win},
+		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), eps: eps, win: win, out: in.outage},
 		win:       win,
 		eps:       eps,
 		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
@@ -244,6 +244,7 @@ func (w *worker) init(ctx context.Context) error {
 			w.ap.drop(ep, "stale", true)
 		}
 	}
+	w.ap.claimed() // the claim rule of DESIGN semantics 8 (v1.1)
 	if w.win.empty() {
 		return nil
 	}

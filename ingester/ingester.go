@@ -58,6 +58,10 @@ type Ingester struct {
 	mu    sync.Mutex
 	parts map[int32]*partition
 
+	// outage judges topic-wide outages for every partition's applier (set
+	// by Run before the client starts, so before any claim).
+	outage *outageWatch
+
 	// assigned wakes the registration loop after an assignment change
 	// (buffered, one slot; never closed).
 	assigned chan struct{}
@@ -159,11 +163,28 @@ func (in *Ingester) Run(ctx context.Context) error {
 		// own component instead of the ingester's.
 		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
+	in.outage = newOutageWatch(in.cfg.Clock, in.cfg.OutageThreshold)
+	in.outage.onEnd = func(start, end time.Time) {
+		in.m.outages.WithLabelValues("topic").Inc()
+		in.m.outageSeconds.Add(end.Sub(start).Seconds())
+		in.log.Warn("topic outage ended: no record reached the topic for longer than --outage-threshold; that time aged nobody, and every endpoint gets --outage-grace",
+			"silent_from", start, "until", end, "seconds", end.Sub(start).Seconds(), "grace", in.cfg.OutageGrace)
+	}
 	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}
 	in.cl = cl
+
+	// The end offsets of every partition, mine or not, are the outage
+	// watch's view of the whole topic.
+	endsCtx, stopEnds := context.WithCancel(runCtx)
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		every := min(max(in.cfg.OutageThreshold/5, 10*time.Millisecond), time.Second)
+		in.outage.watchEnds(endsCtx, kadm.NewClient(cl), in.cfg.Topic, every, max(every, in.cfg.OutageThreshold/2))
+	}()
 
 	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
 	keeperDone := make(chan struct{})
@@ -180,6 +201,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}()
 
 	in.poll(runCtx)
+	stopEnds()
+	<-endsDone
 
 	// Shutdown: workers first (no more writes), then the group, then the
 	// keepalives.

@@ -26,6 +26,9 @@ import (
 type outageWatch struct {
 	clock     clockwork.Clock
 	threshold time.Duration
+	// onEnd, when set, is called (outside the lock) with each ended
+	// outage's start and end.
+	onEnd func(start, end time.Time)
 
 	mu sync.Mutex
 	// last is the latest evidence of a record anywhere in the topic.
@@ -66,20 +69,28 @@ func (o *outageWatch) saw(t time.Time) {
 		t = now
 	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.sawLocked(t)
+	start, ended := o.sawLocked(t)
+	o.mu.Unlock()
+	if ended && o.onEnd != nil {
+		o.onEnd(start, t)
+	}
 }
 
-func (o *outageWatch) sawLocked(t time.Time) {
+// sawLocked moves last to t; ended reports that this ended an outage
+// that started at start.
+func (o *outageWatch) sawLocked(t time.Time) (start time.Time, ended bool) {
 	if !t.After(o.last) {
-		return
+		return time.Time{}, false
 	}
+	start = o.last
 	if gap := t.Sub(o.last); gap > o.threshold {
 		o.ended++
 		o.lastEnd = t
 		o.credit += gap
+		ended = true
 	}
 	o.last = t
+	return start, ended
 }
 
 // sawEnds compares a listing of the partitions' end offsets with the
@@ -88,7 +99,6 @@ func (o *outageWatch) sawLocked(t time.Time) {
 func (o *outageWatch) sawEnds(ends map[int32]int64) {
 	now := o.clock.Now()
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	grew := false
 	if o.ends != nil {
 		for p, end := range ends {
@@ -98,8 +108,14 @@ func (o *outageWatch) sawEnds(ends map[int32]int64) {
 		}
 	}
 	o.ends = ends
+	var start time.Time
+	ended := false
 	if grew {
-		o.sawLocked(now)
+		start, ended = o.sawLocked(now)
+	}
+	o.mu.Unlock()
+	if ended && o.onEnd != nil {
+		o.onEnd(start, now)
 	}
 }
 
@@ -150,4 +166,91 @@ func (o *outageWatch) watchEnds(ctx context.Context, l endOffsetLister, topic st
 			o.sawEnds(ends)
 		}
 	}
+}
+
+// liveness is a partition's share of the outage rule (DESIGN semantics 8,
+// v1.1), kept by its applier.
+type liveness struct {
+	// ongoing, credit and seen mirror the watch (syncOutage): an outage
+	// now; the total time of the ended ones; how many ended.
+	ongoing bool
+	credit  time.Duration
+	seen    uint64
+	// graceUntil: no endpoint expires while the partition clock is not
+	// past it (set after an outage and after a claim).
+	graceUntil time.Time
+	// claimPending: the worker has just claimed the partition; at the
+	// first clock value, a gap of more than the threshold since claimLast
+	// (the newest last-record time of the endpoints it loaded) means this
+	// ingester was not consuming the partition while the topic was
+	// silent, and every endpoint gets the grace.
+	claimPending bool
+	claimLast    time.Time
+}
+
+// claimed starts the claim rule for the endpoints loaded with the
+// partition; it runs once, before the first record.
+func (a *applier) claimed() {
+	a.syncOutage()
+	a.live.claimPending = true
+	for _, ep := range a.eps {
+		ep.outageCredit = a.live.credit
+		if ep.cur.lastRecord.After(a.live.claimLast) {
+			a.live.claimLast = ep.cur.lastRecord
+		}
+	}
+}
+
+// syncOutage reads the outage watch, before every expiry: an outage that
+// ended since the last read gives every endpoint OutageGrace from its
+// end.
+func (a *applier) syncOutage() {
+	if a.out == nil {
+		return
+	}
+	st := a.out.state()
+	if st.ongoing && !a.live.ongoing {
+		a.log.Debug("topic outage: expiry paused", "last_record", st.since)
+	}
+	a.live.ongoing, a.live.credit = st.ongoing, st.credit
+	if st.ended != a.live.seen {
+		a.live.seen = st.ended
+		if until := st.lastEnd.Add(a.cfg.OutageGrace); until.After(a.live.graceUntil) {
+			a.live.graceUntil = until
+			a.log.Debug("topic outage ended: every endpoint gets the grace", "grace_until", until)
+		}
+	}
+}
+
+// afterClock applies the claim rule at the first clock value after a
+// claim.
+func (a *applier) afterClock() {
+	if !a.live.claimPending || a.clock.IsZero() {
+		return
+	}
+	a.live.claimPending = false
+	if len(a.eps) == 0 || a.live.claimLast.IsZero() {
+		return
+	}
+	if gap := a.clock.Sub(a.live.claimLast); gap > a.cfg.OutageThreshold {
+		until := a.clock.Add(a.cfg.OutageGrace)
+		if until.After(a.live.graceUntil) {
+			a.live.graceUntil = until
+		}
+		a.m.outages.WithLabelValues("claim").Inc()
+		a.log.Info("partition claimed after a silence: every endpoint gets the grace",
+			"silence_seconds", gap.Seconds(), "grace_until", until, "endpoints", len(a.eps))
+	}
+}
+
+// mayExpire reports whether endpoints may expire now: not during an
+// outage, nor within a grace.
+func (a *applier) mayExpire() bool {
+	return !a.live.ongoing && a.clock.After(a.live.graceUntil)
+}
+
+// silence is how long ep has been silent on the partition clock, outage
+// time left out.
+func (a *applier) silence(ep *endpoint) time.Duration {
+	return a.clock.Sub(ep.cur.lastRecord) - (a.live.credit - ep.outageCredit)
 }

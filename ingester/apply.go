@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -40,35 +42,93 @@ const (
 	skipEmptyValue     = "empty_value"
 	skipBadIncarnation = "bad_incarnation"
 	skipDuplicate      = "duplicate"
+	skipRepeatedHeader = "repeated_header"
 )
 
-// headers are the record headers the ingester reads; a repeated header's
-// last value wins.
+// headers are the record headers the ingester reads. A contract header
+// given twice with different values makes the record ambiguous (which
+// model, which rank?): repeated names it and the record is skipped
+// (repeated_header); given twice with the same value it is read once.
 type headers struct {
 	model, kind, dpRank, seq, incarnation, format   string
 	hasModel, hasKind, hasDPRank, hasSeq, hasFormat bool
+	hasIncarnation                                  bool
+	// repeated is the first contract header seen twice with different
+	// values; "" when none was.
+	repeated string
 }
 
 func parseHeaders(hs []kgo.RecordHeader) headers {
 	var h headers
+	set := func(name string, dst *string, has *bool, v string) {
+		if *has && *dst != v {
+			if h.repeated == "" {
+				h.repeated = name
+			}
+			return
+		}
+		*dst, *has = v, true
+	}
 	for i := range hs {
 		v := string(hs[i].Value)
 		switch hs[i].Key {
 		case headerModel:
-			h.model, h.hasModel = v, true
+			set(headerModel, &h.model, &h.hasModel, v)
 		case headerKind:
-			h.kind, h.hasKind = v, true
+			set(headerKind, &h.kind, &h.hasKind, v)
 		case headerDPRank:
-			h.dpRank, h.hasDPRank = v, true
+			set(headerDPRank, &h.dpRank, &h.hasDPRank, v)
 		case headerSeq:
-			h.seq, h.hasSeq = v, true
+			set(headerSeq, &h.seq, &h.hasSeq, v)
 		case headerIncarnation:
-			h.incarnation = v
+			set(headerIncarnation, &h.incarnation, &h.hasIncarnation, v)
 		case headerFormat:
-			h.format, h.hasFormat = v, true
+			set(headerFormat, &h.format, &h.hasFormat, v)
 		}
 	}
 	return h
+}
+
+// maxLoggedValue bounds a header value or skip detail quoted in a log
+// line: headers are the producer's, and a 500 KB kind must not become a
+// 500 KB log line.
+const maxLoggedValue = 64
+
+// clip returns s for a log line: whole when short, else its first
+// maxLoggedValue bytes (cut at a rune boundary) and its length.
+func clip(s string) string {
+	if len(s) <= maxLoggedValue {
+		return s
+	}
+	n := maxLoggedValue
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// skipSummary is the events-skipped log line's reasons: every reason in
+// the record with its count, in the order first seen ("unknown_medium=3
+// invalid_event=1").
+func skipSummary(skipped []events.Skip) string {
+	var order []events.SkipReason
+	counts := map[events.SkipReason]int{}
+	for _, s := range skipped {
+		if counts[s.Reason] == 0 {
+			order = append(order, s.Reason)
+		}
+		counts[s.Reason]++
+	}
+	var b strings.Builder
+	for i, r := range order {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r.String())
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(counts[r]))
+	}
+	return b.String()
 }
 
 // parseCanonical parses a canonical decimal (no sign, no leading zeros) of
@@ -138,6 +198,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		a.m.skippedRecords.WithLabelValues(reason).Inc()
 		a.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
 	}
+	if h.repeated != "" {
+		a.m.repeatedHeader.WithLabelValues(h.repeated).Inc()
+		skip(skipRepeatedHeader, "header", h.repeated)
+		return
+	}
 	if keyspace.ValidateName("model", h.model) != nil {
 		skip(skipBadModel)
 		return
@@ -148,18 +213,18 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		return
 	}
 	if h.hasFormat && h.format != formatVLLM {
-		skip(skipUnknownFmt, "format", h.format)
+		skip(skipUnknownFmt, "format", clip(h.format))
 		return
 	}
 	if h.hasKind && h.kind != kindHeartbeat && h.kind != kindGoodbye && h.kind != kindResync {
-		skip(skipUnknownKind, "kind", h.kind)
+		skip(skipUnknownKind, "kind", clip(h.kind))
 		return
 	}
 	var headerRank uint64
 	if h.hasDPRank {
 		var ok bool
 		if headerRank, ok = parseCanonical(h.dpRank, 32); !ok {
-			skip(skipBadDPRank, "dp_rank", h.dpRank)
+			skip(skipBadDPRank, "dp_rank", clip(h.dpRank))
 			return
 		}
 	}
@@ -179,7 +244,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if h.hasSeq {
 		var ok bool
 		if seq, ok = parseCanonical(h.seq, 64); !ok {
-			skip(skipBadSeq, "seq", h.seq)
+			skip(skipBadSeq, "seq", clip(h.seq))
 			return
 		}
 	}
@@ -195,11 +260,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	}
 	batch, err := a.dec.Decode(r.Value)
 	if errors.Is(err, events.ErrMalformedBatch) {
-		skip(skipMalformed, "err", err)
+		skip(skipMalformed, "err", clip(err.Error()))
 		return
 	}
 	if h.hasDPRank && uint64(batch.Rank) != headerRank {
-		skip(skipRankMismatch, "dp_rank", h.dpRank, "batch_rank", batch.Rank)
+		skip(skipRankMismatch, "dp_rank", clip(h.dpRank), "batch_rank", batch.Rank)
 		return
 	}
 	for _, s := range batch.Skipped {
@@ -208,7 +273,8 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if n := len(batch.Skipped); n > 0 {
 		// One line per record, however many events it skips: a record of
 		// a million bad events must not become a million log lines.
-		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
+		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events),
+			"reasons", skipSummary(batch.Skipped), "first", clip(batch.Skipped[0].Error()))
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := a.endpoint(id, true)

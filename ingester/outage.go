@@ -29,6 +29,9 @@ type outageWatch struct {
 	// onEnd, when set, is called (outside the lock) with each ended
 	// outage's start and end.
 	onEnd func(start, end time.Time)
+	// onEnds, when set, is given every successful end-offset listing
+	// (watchEnds), before the watch judges it.
+	onEnds func(ends map[int32]int64)
 
 	mu sync.Mutex
 	// last is the latest evidence of a record anywhere in the topic.
@@ -163,6 +166,9 @@ func (o *outageWatch) watchEnds(ctx context.Context, l endOffsetLister, topic st
 			ends[lo.Partition] = lo.Offset
 		})
 		if ok && len(ends) > 0 {
+			if o.onEnds != nil {
+				o.onEnds(ends)
+			}
 			o.sawEnds(ends)
 		}
 	}

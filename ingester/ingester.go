@@ -87,7 +87,7 @@ type partition struct {
 	// stored is the next offset stored in etcd, from the start (the
 	// offset fetching starts at): the lag gauge's base (updateLag).
 	stored atomic.Int64
-	kafka     int64        // last offset committed to Kafka (poll loop only)
+	kafka  int64 // last offset committed to Kafka (poll loop only)
 	// held is the input the poll loop could not hand over without waiting
 	// (the worker's queue was full); fetching the partition is paused
 	// until it is handed over (poll loop only).

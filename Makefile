@@ -7,7 +7,7 @@ PKGS      := ./...
 # The repository's Go modules (issue 12): the main module, the generated
 # API and the router's client library, which the main module uses through
 # replace directives. test, lint and verify run in each.
-MODULES   := . proto client
+MODULES   := . proto client deploy
 # A go.work file outside the repository must not change what each module
 # resolves: every module builds from its own go.mod.
 export GOWORK := off

@@ -4,8 +4,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/bridge/bridgetest"
-	"github.com/kvindex/kvindex/internal/enginesim"
+	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 
 func TestGaplessDelivery(t *testing.T) {

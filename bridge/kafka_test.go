@@ -17,8 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/bridge/bridgetest"
-	"github.com/kvindex/kvindex/internal/enginesim"
+	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 
 func TestHeartbeats(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/scenario"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 

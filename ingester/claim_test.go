@@ -14,7 +14,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // readCounter is a gRPC interceptor that counts the keys etcd range reads

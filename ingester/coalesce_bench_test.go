@@ -3,7 +3,7 @@ package ingester
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/bench/paired"
+	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

@@ -17,7 +17,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // perPartitionModel applies recs to one reference model per partition

@@ -14,7 +14,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 

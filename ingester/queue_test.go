@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // TestStalledPartitionDoesNotHoldUpOthers: while one partition's worker

@@ -13,7 +13,7 @@ import (
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // TestRebalance: two ingesters share a group; one leaves mid-stream and

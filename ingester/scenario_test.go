@@ -11,8 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
-	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/scenario"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kvindex/kvindex/internal/bench/paired"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

@@ -14,8 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
 	"github.com/kvindex/kvindex/internal/scenario"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // Offsets maps a partition to the last offset produced to it.

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,8 +102,12 @@ func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
 	})
 }
 
-// RepoRoot returns the repository root (the directory holding go.mod),
-// found by walking up from the test's working directory.
+// mainModule is the module path of the repository root's go.mod.
+const mainModule = "github.com/kvindex/kvindex"
+
+// RepoRoot returns the repository root: the directory whose go.mod is the
+// main module's, found by walking up from the test's working directory
+// (past the go.mod of a nested module such as deploy/).
 func RepoRoot(t testing.TB) string {
 	t.Helper()
 	dir, err := os.Getwd()
@@ -110,15 +115,25 @@ func RepoRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && isMainModule(b) {
 			return dir
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			t.Fatal("no go.mod above the working directory")
+			t.Fatal("no go.mod of module github.com/kvindex/kvindex above the working directory")
 		}
 		dir = parent
 	}
+}
+
+// isMainModule reports whether gomod declares the main module.
+func isMainModule(gomod []byte) bool {
+	for line := range strings.Lines(string(gomod)) {
+		if path, ok := strings.CutPrefix(line, "module "); ok {
+			return strings.TrimSpace(path) == mainModule
+		}
+	}
+	return false
 }
 
 // ScenarioGlob is the glob of the bundled scenario fixtures.

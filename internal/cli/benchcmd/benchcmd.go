@@ -23,9 +23,9 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/bench"
 	"github.com/kvindex/kvindex/internal/cli/common"
-	"github.com/kvindex/kvindex/internal/fleetsim"
+	"github.com/kvindex/kvindex/internal/sim/bench"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 )
 
 // errUsage marks bad command-line input.

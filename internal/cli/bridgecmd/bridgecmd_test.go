@@ -9,8 +9,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/kvindex/kvindex/bridge/bridgetest"
-	"github.com/kvindex/kvindex/internal/enginesim"
+	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 

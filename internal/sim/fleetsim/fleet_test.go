@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -15,7 +15,7 @@ import (
 // holding exactly what the simulated caches hold: the events are a faithful
 // description of the caches.
 func TestEventsReproduceCaches(t *testing.T) {
-	reqs, err := LoadTrace(filepath.Join("..", "..", "testdata", "mooncake", "conversation_trace.jsonl"))
+	reqs, err := LoadTrace(filepath.Join("..", "..", "..", "testdata", "mooncake", "conversation_trace.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,10 +15,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/client"
-	"github.com/kvindex/kvindex/internal/fleetsim"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/fleetsim"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 )
 
 // StreamConfig shapes the KV-event stream of a simulated fleet serving a

@@ -19,7 +19,7 @@ import (
 // TestFixtures runs every fixture scenario through the model: the oracle
 // itself must agree with the published expectations.
 func TestFixtures(t *testing.T) {
-	all, err := scenario.Glob(filepath.Join("..", "..", "testdata", "fixtures", "scenarios", "*.jsonl"))
+	all, err := scenario.Glob(filepath.Join("..", "..", "..", "testdata", "fixtures", "scenarios", "*.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,9 +12,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/client"
-	"github.com/kvindex/kvindex/internal/fleetsim"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

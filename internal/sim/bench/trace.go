@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/kvindex/kvindex/internal/fleetsim"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 )
 
 // BundledTrace is the repository path of the bundled Mooncake conversation

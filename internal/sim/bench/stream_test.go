@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // TestBuildStream checks the stream is what a bridge would produce from

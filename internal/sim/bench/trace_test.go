@@ -3,9 +3,9 @@ package bench
 import (
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/fleetsim"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // TestRawWriteReproducesIngest checks the reference of the ingest and

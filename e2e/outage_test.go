@@ -12,11 +12,11 @@ import (
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/enginesim"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/enginesim"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/testutil"
 )

@@ -9,7 +9,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
-	"github.com/kvindex/kvindex/internal/refmodel"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
 // TestOutageAgesNobody (DESIGN semantics 8, v1.1), on a fake clock with

@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/fleetsim"
 	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/internal/testutil"

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"os"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -153,6 +155,17 @@ func (f *outageFleet) afterOutage(t *testing.T, ctx context.Context, c *client.C
 
 func outageIngester(cfg *ingester.Config) { cfg.LivenessWindow = outageWindow }
 
+// outageLogger logs to stderr when KVINDEX_TEST_LOG is set (a level),
+// else nowhere.
+func outageLogger() *slog.Logger {
+	if lv := os.Getenv("KVINDEX_TEST_LOG"); lv != "" {
+		var l slog.Level
+		_ = l.UnmarshalText([]byte(lv))
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
 // TestOutageThroughPipeline stops, for twice the liveness window, only
 // Kafka, and separately the whole standalone stack (etcd, Kafka, the
 // ingester and indexd), while a real bridge keeps heartbeating for its
@@ -194,6 +207,7 @@ func TestOutageThroughPipeline(t *testing.T) {
 		cfg := stack.Config{
 			DataDir: t.TempDir(), EtcdAddr: testutil.FreeAddr(t), KafkaAddr: testutil.FreeAddr(t), GRPCAddr: testutil.FreeAddr(t),
 			MetricsAddr: "127.0.0.1:0", Topic: topic, Partitions: 2, UnsafeNoFsync: true, Ingester: outageIngester,
+			Logger: outageLogger(),
 		}
 		run := func() func() {
 			s, err := stack.Start(ctx, cfg)

@@ -382,9 +382,10 @@ func (a *applier) heartbeat(id keyspace.Endpoint) { a.touch(a.endpoint(id, true)
 // while the partition is behind, wall time once caught up; never back.
 func (a *applier) advanceClock(t time.Time) {
 	if t.After(a.clock) {
+		prev := a.clock
 		a.clock = t
+		a.afterClock(prev)
 	}
-	a.afterClock()
 }
 
 // expire drops every endpoint silent for longer than the liveness window

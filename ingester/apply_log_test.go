@@ -121,3 +121,33 @@ func TestClip(t *testing.T) {
 		})
 	}
 }
+
+// A backlog whose record times jump over a silence nobody consumed (the
+// whole stack was down; the previous owner left records unapplied before
+// it) gives every endpoint the grace at the jump, not only at the claim:
+// the replayed records before the jump made no gap.
+func TestBacklogGapGivesGrace(t *testing.T) {
+	var buf bytes.Buffer
+	a := testApplier(t, &buf)
+	t0 := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
+	hb := func(pod string, at time.Time) *kgo.Record {
+		return &kgo.Record{Key: []byte(pod), Headers: []kgo.RecordHeader{header("model", "m"), header("kind", "heartbeat")}, Timestamp: at}
+	}
+	a.record(hb("a", t0), true)
+	a.record(hb("b", t0), true)
+	a.claimed() // a new owner loads both, then replays the backlog
+	a.record(hb("a", t0.Add(time.Second)), true)
+	a.record(hb("a", t0.Add(time.Minute)), true) // the jump: b silent for 60 s
+	if len(a.eps) != 2 {
+		t.Fatalf("endpoints after a 60 s jump in the backlog: %d, want 2 (the grace)", len(a.eps))
+	}
+	for d := 5 * time.Second; d <= a.cfg.OutageGrace+5*time.Second; d += 5 * time.Second {
+		a.record(hb("a", t0.Add(time.Minute+d)), true) // a heartbeats every 5 s
+	}
+	if _, ok := a.eps[keyspace.Endpoint{Model: "m", Pod: "b"}]; ok {
+		t.Fatalf("b is still there after the grace\n%s", buf.String())
+	}
+	if n := promtest.ToFloat64(a.m.outages.WithLabelValues("gap")); n != 1 {
+		t.Errorf("outages_total{kind=gap} = %v, want 1", n)
+	}
+}

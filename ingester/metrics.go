@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		offsetResets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offset_resets_total",
 			Help: "Stored offsets found outside the log (the partition restarted at the log start)."}),
 		outages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outages_total",
-			Help: "Silences after which every endpoint got --outage-grace, by kind: topic (no record in the whole topic for more than --outage-threshold, counted when records flow again) and claim (a partition claimed after more than --outage-threshold without records)."}, []string{"kind"}),
+			Help: "Silences after which every endpoint got --outage-grace, by kind: topic (no record in the whole topic for more than --outage-threshold, counted when records flow again), claim (a partition claimed more than --outage-threshold after its last record) and gap (its clock jumped that far between two records nobody consumed in between)."}, []string{"kind"}),
 		outageSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outage_seconds_total",
 			Help: "Time of the ended topic outages, which aged no endpoint."}),
 		repeatedHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "repeated_headers_total",

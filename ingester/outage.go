@@ -185,11 +185,9 @@ type liveness struct {
 	// graceUntil: no endpoint expires while the partition clock is not
 	// past it (set after an outage and after a claim).
 	graceUntil time.Time
-	// claimPending: the worker has just claimed the partition; at the
-	// first clock value, a gap of more than the threshold since claimLast
-	// (the newest last-record time of the endpoints it loaded) means this
-	// ingester was not consuming the partition while the topic was
-	// silent, and every endpoint gets the grace.
+	// claimPending: the worker has just claimed the partition; its first
+	// clock value is compared with claimLast, the newest last-record time
+	// of the endpoints it loaded (afterClock).
 	claimPending bool
 	claimLast    time.Time
 }
@@ -228,24 +226,30 @@ func (a *applier) syncOutage() {
 	}
 }
 
-// afterClock applies the claim rule at the first clock value after a
-// claim.
-func (a *applier) afterClock() {
-	if !a.live.claimPending || a.clock.IsZero() {
+// afterClock applies the gap rule when the partition clock moved from
+// prev: a jump of more than OutageThreshold means nobody consumed the
+// partition while it had no record for that long (after a claim, prev is
+// the newest last-record time loaded; in a backlog, the gap between two
+// records). Once caught up, ticks move the clock by at most a second, so
+// a quiet partition whose pods died makes no jump and ages them normally.
+// Every endpoint then gets OutageGrace from the new clock value.
+func (a *applier) afterClock(prev time.Time) {
+	kind := "gap"
+	if a.live.claimPending {
+		a.live.claimPending = false
+		prev, kind = a.live.claimLast, "claim"
+	}
+	if prev.IsZero() || len(a.eps) == 0 {
 		return
 	}
-	a.live.claimPending = false
-	if len(a.eps) == 0 || a.live.claimLast.IsZero() {
-		return
-	}
-	if gap := a.clock.Sub(a.live.claimLast); gap > a.cfg.OutageThreshold {
+	if gap := a.clock.Sub(prev); gap > a.cfg.OutageThreshold {
 		until := a.clock.Add(a.cfg.OutageGrace)
 		if until.After(a.live.graceUntil) {
 			a.live.graceUntil = until
 		}
-		a.m.outages.WithLabelValues("claim").Inc()
-		a.log.Info("partition claimed after a silence: every endpoint gets the grace",
-			"silence_seconds", gap.Seconds(), "grace_until", until, "endpoints", len(a.eps))
+		a.m.outages.WithLabelValues(kind).Inc()
+		a.log.Info("partition clock jumped over a silence nobody consumed: every endpoint gets the grace",
+			"after", kind, "silence_seconds", gap.Seconds(), "grace_until", until, "endpoints", len(a.eps))
 	}
 }
 

@@ -70,5 +70,6 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzEndpointNames$$' -fuzztime $(FUZZTIME) ./internal/keyspace/
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyKey$$' -fuzztime $(FUZZTIME) ./internal/index/
 	$(GO) test -run '^$$' -fuzz '^FuzzLookupRequest$$' -fuzztime $(FUZZTIME) ./indexd/
+	cd client && $(GO) test -run '^$$' -fuzz '^FuzzTokenKeys$$' -fuzztime $(FUZZTIME) .
 	$(GO) test -run '^$$' -fuzz '^FuzzPageToken$$' -fuzztime $(FUZZTIME) ./indexd/
 	$(GO) test -run '^$$' -fuzz '^FuzzFrameLimiter$$' -fuzztime $(FUZZTIME) ./bridge/

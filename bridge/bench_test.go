@@ -66,7 +66,7 @@ func BenchmarkThroughput(b *testing.B) {
 	cfg.Endpoint, cfg.ReplayEndpoint = eng.PubEndpoint(), eng.ReplayEndpoint()
 	cfg.Pod, cfg.Model, cfg.Brokers, cfg.Topic = pod, model, k.Brokers, topic
 	cfg.GracePeriod, cfg.HeartbeatInterval = 0, time.Hour
-	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Registry = prometheus.NewRegistry()
 	br, err := bridge.New(cfg)
 	if err != nil {
 		b.Fatal(err)

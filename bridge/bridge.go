@@ -92,7 +92,7 @@ func New(cfg Config) (*Bridge, error) {
 		b.replayAddr, _ = dialAddr(cfg.ReplayEndpoint)
 	}
 	var err error
-	b.m, err = newMetrics(cfg.Registerer,
+	b.m, err = newMetrics(cfg.Registry,
 		func() float64 {
 			if cl := b.client.Load(); cl != nil {
 				return float64(cl.BufferedProduceRecords())
@@ -332,7 +332,7 @@ func (b *Bridge) recvLoop(ctx context.Context, c *zconn, in chan<- inEvent) erro
 	for {
 		m, err := c.recv()
 		if err != nil {
-			if errors.Is(err, ErrMessageTooLarge) {
+			if errors.Is(err, errMessageTooLarge) {
 				b.m.skipped.WithLabelValues(skipTooLarge).Inc()
 				b.log.Warn("engine message over the size limit, dropping the connection", "err", err)
 			}

@@ -118,8 +118,9 @@ type Config struct {
 
 	// Logger receives the bridge's logs; nil discards them.
 	Logger *slog.Logger
-	// Registerer receives the bridge's metrics; nil registers none.
-	Registerer prometheus.Registerer
+	// Registry receives the bridge's metrics (kvindex_bridge_*). Nil means
+	// they are kept but registered nowhere.
+	Registry prometheus.Registerer
 	// Clock drives heartbeats, the grace period, probes and backoffs. Nil
 	// means the real clock (tests inject a fake one).
 	Clock clockwork.Clock

@@ -86,7 +86,10 @@ func TestRunTwice(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_ = b.Run(ctx)
+	// A Run whose context is already done stops at once, without error.
+	if err := b.Run(ctx); err != nil {
+		t.Fatalf("first Run with a done context = %v, want nil", err)
+	}
 	if err := b.Run(ctx); !errors.Is(err, bridge.ErrAlreadyRun) {
 		t.Errorf("second Run = %v, want ErrAlreadyRun", err)
 	}

@@ -87,7 +87,7 @@ func (e *env) config(mod func(*bridge.Config)) bridge.Config {
 	cfg.ReconnectBackoff = 10 * time.Millisecond
 	cfg.MaxReconnectBackoff = 50 * time.Millisecond
 	cfg.ReplayTimeout = 2 * time.Second
-	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Registry = prometheus.NewRegistry()
 	if mod != nil {
 		mod(&cfg)
 	}
@@ -261,14 +261,17 @@ func describe(rs []bridgetest.Record) string {
 }
 
 // metric sums the samples of the named metric whose labels include
-// labels (name=value pairs).
+// labels (name=value pairs). It fails the test when no sample matches (a
+// renamed metric or label value must not read as 0): the bridge starts
+// every series it uses at 0.
 func metric(t testing.TB, cfg bridge.Config, name string, labels ...string) float64 {
 	t.Helper()
-	mfs, err := cfg.Registerer.(*prometheus.Registry).Gather()
+	mfs, err := cfg.Registry.(*prometheus.Registry).Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var sum float64
+	matched := 0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -286,6 +289,7 @@ func metric(t testing.TB, cfg bridge.Config, name string, labels ...string) floa
 					continue next
 				}
 			}
+			matched++
 			switch {
 			case m.GetCounter() != nil:
 				sum += m.GetCounter().GetValue()
@@ -295,6 +299,9 @@ func metric(t testing.TB, cfg bridge.Config, name string, labels ...string) floa
 				sum += float64(m.GetHistogram().GetSampleCount())
 			}
 		}
+	}
+	if matched == 0 {
+		t.Fatalf("no sample of metric %s with labels %v", name, labels)
 	}
 	return sum
 }

@@ -112,6 +112,24 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 			Help: "Batches (the first after each connection is checked) whose data_parallel_rank differs from the configured dp_rank.",
 		}),
 	}
+	// Every label value the bridge uses starts at 0, so each series
+	// exists before its first event (a rate over it is 0, not absent, and
+	// a test reading a renamed series fails instead of reading 0).
+	for vec, values := range map[*prometheus.CounterVec][]string{
+		m.received:   {sourceLive, sourceReplay},
+		m.duplicates: {sourceLive, sourceReplay},
+		m.produced:   {"batch", KindHeartbeat, KindGoodbye, KindResync},
+		m.resyncs: {reasonUnhealedGap, reasonNoReplay, reasonReconnectNoReplay, reasonReplayFailed,
+			reasonReplayOverrun, reasonRecordTooLarge},
+		m.skipped:   {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
+		m.replays:   {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
+		m.lost:      {lostShutdown},
+		m.shutdowns: {outcomeGoodbyeEngineGone, outcomeNoGoodbyeStillThere},
+	} {
+		for _, v := range values {
+			vec.WithLabelValues(v)
+		}
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -223,7 +223,7 @@ func (s *sequencer) heal(ctx context.Context) error {
 		case replayRestart:
 			restarts++
 			if restarts > 1 {
-				return fmt.Errorf("%w: the engine looked restarted twice in one catch-up", ErrReplay)
+				return fmt.Errorf("%w: the engine looked restarted twice in one catch-up", errReplay)
 			}
 			s.restarts++
 			b.m.engineRestarts.Inc()
@@ -236,7 +236,7 @@ func (s *sequencer) heal(ctx context.Context) error {
 			continue
 		}
 		if stalled++; stalled >= b.cfg.ReplayAttempts {
-			return fmt.Errorf("%w: %d attempts without progress: %v", ErrReplay, stalled, err)
+			return fmt.Errorf("%w: %d attempts without progress: %v", errReplay, stalled, err)
 		}
 		b.log.Debug("replay attempt made no progress", "attempt", stalled, "err", err)
 		if !b.sleep(ctx, backoff) {
@@ -263,14 +263,14 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 	defer func() { b.m.replays.WithLabelValues(outcome).Inc() }()
 	st, err := b.openReplay(ctx, from)
 	if err != nil {
-		return replayIncomplete, false, fmt.Errorf("%w: %v", ErrReplay, err)
+		return replayIncomplete, false, fmt.Errorf("%w: %v", errReplay, err)
 	}
 	defer st.close()
 	first := true
 	for {
 		seq, payload, end, err := st.next()
 		if err != nil {
-			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: %v", ErrReplay, from, err)
+			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: %v", errReplay, from, err)
 		}
 		if end {
 			switch {
@@ -288,7 +288,7 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 			return replayDone, progressed, nil
 		}
 		if seq < from {
-			return replayIncomplete, progressed, fmt.Errorf("%w: asked from seq %d, got %d", ErrReplay, from, seq)
+			return replayIncomplete, progressed, fmt.Errorf("%w: asked from seq %d, got %d", errReplay, from, seq)
 		}
 		b.m.received.WithLabelValues(sourceReplay).Inc()
 		wasFirst := first

@@ -164,12 +164,12 @@ func (l *frameLimiter) scan(p []byte) error {
 func (l *frameLimiter) admit() error {
 	if l.flags&flagCommand != 0 {
 		if l.size > uint64(l.max) {
-			return fmt.Errorf("%w: a %d-byte command, limit %d", ErrMessageTooLarge, l.size, l.max)
+			return fmt.Errorf("%w: a %d-byte command, limit %d", errMessageTooLarge, l.size, l.max)
 		}
 		return nil
 	}
 	if l.size > uint64(l.max-l.message) {
-		return fmt.Errorf("%w: over %d bytes, limit %d", ErrMessageTooLarge, uint64(l.message)+l.size, l.max)
+		return fmt.Errorf("%w: over %d bytes, limit %d", errMessageTooLarge, uint64(l.message)+l.size, l.max)
 	}
 	l.message += int64(l.size)
 	return nil

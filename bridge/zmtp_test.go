@@ -72,7 +72,7 @@ func TestFrameLimiter(t *testing.T) {
 				l := &frameLimiter{Conn: b, max: 100, skip: greetingLen}
 				_, err := io.Copy(io.Discard, l)
 				b.Close()
-				if gotErr := errors.Is(err, ErrMessageTooLarge); gotErr != tc.wantErr || (err != nil && !gotErr) {
+				if gotErr := errors.Is(err, errMessageTooLarge); gotErr != tc.wantErr || (err != nil && !gotErr) {
 					t.Errorf("chunk %d: read error %v, want too-large error: %v", chunk, err, tc.wantErr)
 				}
 			}
@@ -145,7 +145,7 @@ func FuzzFrameLimiter(f *testing.F) {
 		l := &frameLimiter{Conn: b, max: max, skip: greetingLen}
 		_, err := io.Copy(io.Discard, l)
 		b.Close()
-		if got := errors.Is(err, ErrMessageTooLarge); got != want {
+		if got := errors.Is(err, errMessageTooLarge); got != want {
 			t.Fatalf("limiter refused: %v (%v), reference says over the limit: %v", got, err, want)
 		}
 	})

@@ -65,10 +65,14 @@ type Endpoint struct {
 
 // Match is one endpoint's share of a looked-up prefix: its first Blocks
 // blocks are all present on it, Tiers[i] being the best tier of block i.
+// BlockSize is the endpoint's block size in tokens as its endpoint record
+// states it (0 when unknown); a LookupTokens match was keyed at exactly
+// this size, so Blocks × BlockSize prompt tokens are cached there.
 type Match struct {
-	Endpoint Endpoint
-	Blocks   int
-	Tiers    []Tier
+	Endpoint  Endpoint
+	Blocks    int
+	Tiers     []Tier
+	BlockSize int
 }
 
 // PartitionOffset names a position in a Kafka partition. In a barrier,
@@ -88,12 +92,39 @@ type LookupResult struct {
 	Matches        []Match
 	Revision       int64
 	AppliedOffsets []PartitionOffset
-	// ProgressTime is when the answering replica last heard from etcd that
-	// its index was current (the replica's clock): the answer is at most
-	// now − ProgressTime stale. Zero when the replica did not say (one
-	// older than v1.1, or before its first list). See WithStaleAfter for
-	// how the client prefers the freshest replica.
+	// ProgressTime is when the answering replica last heard from etcd
+	// that its watch was current: the answer is at most
+	// time.Since(ProgressTime) stale. Zero when the replica did not say
+	// (before its first progress, or a replica older than the field).
 	ProgressTime time.Time
+}
+
+// HashMode is how an endpoint's block keys were computed; the values are
+// the API's (kvindex.v1.HashMode).
+type HashMode int32
+
+// The hash modes (DESIGN "Hashing").
+const (
+	// HashModeUnspecified is an endpoint without a (readable) record.
+	HashModeUnspecified HashMode = 0
+	// HashModeToken keys are kvindex's canonical keys (TokenKeys): look
+	// the endpoint up with LookupTokens, or with TokenKeys at its
+	// BlockSize.
+	HashModeToken HashMode = 1
+	// HashModeEngine keys are the engine's own block hashes (for vLLM
+	// with sha256_cbor, Hasher's).
+	HashModeEngine HashMode = 2
+)
+
+// String returns "token", "engine" or "unspecified".
+func (m HashMode) String() string {
+	switch m {
+	case HashModeToken:
+		return "token"
+	case HashModeEngine:
+		return "engine"
+	}
+	return "unspecified"
 }
 
 // EndpointInfo describes an endpoint the index knows.
@@ -109,6 +140,8 @@ type EndpointInfo struct {
 	BlockSize uint32
 	// Partition is the Kafka partition its records arrive on.
 	Partition int32
+	// HashMode is how its block keys were computed.
+	HashMode HashMode
 }
 
 // EndpointList is a whole ListEndpoints answer, ordered by model, pod,
@@ -169,6 +202,7 @@ type options struct {
 	maxAttempts int
 	staleAfter  time.Duration
 	dialOpts    []grpc.DialOption
+	tls         tlsOptions
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
@@ -189,8 +223,9 @@ func WithMaxAttempts(n int) Option {
 	return func(o *options) { o.maxAttempts = min(max(n, 1), 5) }
 }
 
-// WithDialOptions adds gRPC dial options, for example transport
-// credentials (the default is plaintext, as indexd serves by default).
+// WithDialOptions adds gRPC dial options. Transport credentials given here
+// take the place of the WithTLS options' (the default is plaintext, as
+// indexd serves by default).
 func WithDialOptions(opts ...grpc.DialOption) Option {
 	return func(o *options) { o.dialOpts = append(o.dialOpts, opts...) }
 }
@@ -207,7 +242,8 @@ var staticSeq atomic.Uint64
 //
 // Calls are balanced round-robin over the resolved replicas and retried on
 // UNAVAILABLE only. New does not connect; the first call does. It errors
-// for an empty target.
+// for an empty target, and for TLS files (WithTLSCAFile,
+// WithTLSCertFiles) it cannot load.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts, staleAfter: DefaultStaleAfter}
 	for _, opt := range opts {
@@ -220,6 +256,13 @@ func New(target string, opts ...Option) (*Client, error) {
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig(o.maxAttempts)),
+	}
+	creds, err := o.tls.dialOption()
+	if err != nil {
+		return nil, err
+	}
+	if creds != nil {
+		dial = append(dial, creds)
 	}
 	dial = append(dial, o.dialOpts...)
 	if !strings.Contains(target, "://") && strings.Contains(target, ",") {
@@ -347,13 +390,54 @@ func WithBarrier(timeout time.Duration, records ...PartitionOffset) LookupOption
 }
 
 // Lookup asks which endpoints hold the leading blocks of a prompt of model
-// whose block hashes are hashes (first block first; see Hasher for vLLM's).
-// It errors with the sentinels of errors.go.
+// whose block hashes are hashes (first block first): the endpoints' own
+// keys, TokenKeys at their block size for endpoints in token mode, or
+// Hasher's for vLLM engines in engine-hash mode. It errors with the
+// sentinels of errors.go.
 func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts ...LookupOption) (*LookupResult, error) {
+	return c.lookup(ctx, &kvindexv1.LookupRequest{Model: model, BlockHashes: hashes}, opts)
+}
+
+// LookupTokens asks which endpoints in token mode hold the leading blocks
+// of prompt p of model: the replica keys p (TokenKeys, docs/hashing.md)
+// once per distinct block size among the candidate endpoints in token mode
+// and matches each endpoint at its own size (Match.BlockSize). Endpoints
+// in engine-hash mode are not considered. Besides the sentinels of
+// errors.go it errors with ErrInvalidArgument, before sending, for a
+// LoRA name, salt or item hash that is not valid UTF-8 or an item offset
+// or length outside [0, 2^32); the server refuses more than 4 block sizes
+// among the candidates, prompts over its limits (docs/limits.md) and
+// multimodal items out of prompt order, also with ErrInvalidArgument.
+func (c *Client) LookupTokens(ctx context.Context, model string, p TokenPrompt, opts ...LookupOption) (*LookupResult, error) {
+	tp := &kvindexv1.TokenPrompt{TokenIds: p.TokenIDs, LoraName: p.LoRAName, CacheSalt: p.CacheSalt}
+	if !utf8.ValidString(p.LoRAName) {
+		return nil, invalidArgument("Lookup", "LoRA name %q is not valid UTF-8", p.LoRAName)
+	}
+	if !utf8.ValidString(p.CacheSalt) {
+		return nil, invalidArgument("Lookup", "cache salt %q is not valid UTF-8", p.CacheSalt)
+	}
+	if n := len(p.MultiModal); n > 0 {
+		items := make([]kvindexv1.MultiModalItem, n)
+		tp.MultimodalItems = make([]*kvindexv1.MultiModalItem, n)
+		for i, it := range p.MultiModal {
+			if !utf8.ValidString(it.Hash) {
+				return nil, invalidArgument("Lookup", "multimodal item %d: hash %q is not valid UTF-8", i, it.Hash)
+			}
+			if it.Offset < 0 || it.Length < 0 || uint64(it.Offset) > math.MaxUint32 || uint64(it.Length) > math.MaxUint32 {
+				return nil, invalidArgument("Lookup", "multimodal item %d: offset %d or length %d is out of range [0, %d]", i, it.Offset, it.Length, uint32(math.MaxUint32))
+			}
+			items[i].Hash, items[i].Offset, items[i].Length = it.Hash, uint32(it.Offset), uint32(it.Length)
+			tp.MultimodalItems[i] = &items[i]
+		}
+	}
+	return c.lookup(ctx, &kvindexv1.LookupRequest{Model: model, Tokens: tp}, opts)
+}
+
+// lookup sends req with opts applied and converts the answer.
+func (c *Client) lookup(ctx context.Context, req *kvindexv1.LookupRequest, opts []LookupOption) (*LookupResult, error) {
 	if c.closed.Load() {
 		return nil, ErrClosed
 	}
-	req := &kvindexv1.LookupRequest{Model: model, BlockHashes: hashes}
 	for _, o := range opts {
 		o(req)
 	}
@@ -389,7 +473,7 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 		for j, t := range m.Tiers {
 			ts[j] = Tier(t)
 		}
-		out.Matches[i] = Match{Endpoint: Endpoint{Pod: m.GetEndpoint().GetPod(), DPRank: m.GetEndpoint().GetDpRank()}, Blocks: int(m.MatchedBlocks), Tiers: ts}
+		out.Matches[i] = Match{Endpoint: Endpoint{Pod: m.GetEndpoint().GetPod(), DPRank: m.GetEndpoint().GetDpRank()}, Blocks: int(m.MatchedBlocks), Tiers: ts, BlockSize: int(m.BlockSize)}
 	}
 	for _, o := range resp.AppliedOffsets {
 		out.AppliedOffsets = append(out.AppliedOffsets, PartitionOffset{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset})
@@ -461,7 +545,7 @@ func (c *Client) ListEndpointsPage(ctx context.Context, model string, pageSize i
 			Model:     e.Model,
 			Endpoint:  Endpoint{Pod: e.GetEndpoint().GetPod(), DPRank: e.GetEndpoint().GetDpRank()},
 			GPUBlocks: e.GpuBlocks, CPUBlocks: e.CpuBlocks, DiskBlocks: e.DiskBlocks,
-			BlockSize: e.BlockSize, Partition: e.Partition,
+			BlockSize: e.BlockSize, Partition: e.Partition, HashMode: HashMode(e.HashMode),
 		}
 		if e.LastSeen != nil {
 			info.LastSeen = e.LastSeen.AsTime()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,14 +67,17 @@ func serve(t *testing.T, f kvindexv1.IndexServiceServer) (addr string, stop func
 	}
 	srv := grpc.NewServer()
 	kvindexv1.RegisterIndexServiceServer(srv, f)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = srv.Serve(l)
-	}()
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	var once sync.Once
 	stop = func() {
-		srv.Stop()
-		<-done
+		once.Do(func() {
+			srv.Stop()
+			// Serve returns nil once Stop is called, an error otherwise.
+			if err := <-done; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+		})
 	}
 	t.Cleanup(stop)
 	return l.Addr().String(), stop

@@ -1,10 +1,23 @@
 // Package client is the Go library LLM routers use to ask kvindex which
 // model-server endpoint holds which prefix blocks of a prompt: connect to
-// the indexd replicas (New), hash the prompt's tokens into vLLM's block
-// hashes (Hasher), Lookup, and turn the matches into scores (Score).
+// the indexd replicas (New), ask with the prompt's token ids
+// (LookupTokens: indexd keys them) or with block keys computed here
+// (TokenKeys, kvindex's canonical key; or Hasher, vLLM's sha256_cbor
+// hashes for engine-hash deployments) (Lookup), and turn the matches into
+// scores (Score).
 //
-// It depends only on gRPC, protobuf and kvindex's generated API: a router
-// that imports it pulls in no etcd, Kafka or Prometheus code.
+// # Token keys
+//
+// TokenKeys, TokenBlockKey, TokenBlockExtras and EventExtras are kvindex's
+// one implementation of its canonical block key (docs/hashing.md): the
+// ingester keys stored blocks with them, indexd keys token Lookups with
+// them, and a router that hashes locally gets the same keys.
+//
+// It is a module of its own (github.com/kvindex/kvindex/client) and
+// depends only on gRPC, protobuf, CBOR (for Hasher), XXH3
+// (github.com/zeebo/xxh3, for the token keys) and kvindex's generated
+// API: a router that requires it gets no etcd, Kafka, Kubernetes or
+// Prometheus module.
 //
 // # Consistency contract
 //
@@ -47,4 +60,13 @@
 // ListEndpoints walks the server's pages (ListEndpointsPage gives one at a
 // time), so it works for any number of endpoints; each page reflects its
 // own revision (EndpointList says which).
+//
+// # TLS
+//
+// The client speaks plaintext unless a TLS option is given. WithTLSCAFile
+// verifies indexd against a CA bundle (WithTLS alone: the system roots),
+// WithTLSCertFiles presents a client certificate to an indexd that
+// requires one (--tls-client-ca-file), re-reading the files when they
+// change, and WithTLSServerName sets the name the server's certificate
+// must carry. A refused handshake fails calls with ErrUnavailable.
 package client

@@ -45,3 +45,27 @@ func Score(matches []Match, promptBlocks int, w TierWeights) map[Endpoint]float6
 	}
 	return out
 }
+
+// ScoreTokens is Score for matches of a token Lookup (LookupTokens), whose
+// endpoints may have different block sizes: an endpoint's score is the
+// sum of the tier weights of its matched blocks divided by the number of
+// full blocks the prompt of promptTokens tokens has at its own BlockSize,
+// so it is the weighted share of the prompt's keyable tokens it holds.
+// Matches without a block size, or whose block size is larger than the
+// prompt, are left out (score 0), as is everything when promptTokens is
+// not positive. Scores are clamped to [0, 1].
+func ScoreTokens(matches []Match, promptTokens int, w TierWeights) map[Endpoint]float64 {
+	out := make(map[Endpoint]float64, len(matches))
+	for _, m := range matches {
+		if m.BlockSize <= 0 || promptTokens < m.BlockSize {
+			continue
+		}
+		blocks := promptTokens / m.BlockSize
+		sum := 0.0
+		for i := 0; i < m.Blocks && i < len(m.Tiers); i++ {
+			sum += w.weight(m.Tiers[i])
+		}
+		out[m.Endpoint] = min(max(sum/float64(blocks), 0), 1)
+	}
+	return out
+}

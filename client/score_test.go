@@ -48,3 +48,32 @@ func TestScore(t *testing.T) {
 		})
 	}
 }
+
+func TestScoreTokens(t *testing.T) {
+	a, b, c := Endpoint{Pod: "a"}, Endpoint{Pod: "b"}, Endpoint{Pod: "c"}
+	gpu, cpu := TierGPU, TierCPU
+	for _, tc := range []struct {
+		name    string
+		matches []Match
+		tokens  int
+		want    map[Endpoint]float64
+	}{
+		{name: "per_endpoint_block_size", tokens: 70, matches: []Match{
+			{Endpoint: a, Blocks: 4, Tiers: []Tier{gpu, gpu, gpu, gpu}, BlockSize: 16}, // 4 of 4 blocks of 16
+			{Endpoint: b, Blocks: 1, Tiers: []Tier{cpu}, BlockSize: 32},                // 1 of 2 blocks of 32
+		}, want: map[Endpoint]float64{a: 1, b: 0.8 / 2}},
+		{name: "unknown_or_oversized_block_size_left_out", tokens: 20, matches: []Match{
+			{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}},
+			{Endpoint: b, Blocks: 1, Tiers: []Tier{gpu}, BlockSize: 32},
+			{Endpoint: c, Blocks: 1, Tiers: []Tier{gpu}, BlockSize: 16},
+		}, want: map[Endpoint]float64{c: 1}},
+		{name: "empty_prompt", tokens: 0, matches: []Match{{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}, BlockSize: 16}}, want: map[Endpoint]float64{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ScoreTokens(tc.matches, tc.tokens, DefaultTierWeights())
+			if diff := gocmp.Diff(tc.want, got, cmpopts.EquateApprox(0, 1e-12)); diff != "" {
+				t.Fatalf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}

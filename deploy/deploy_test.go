@@ -14,6 +14,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	kjson "sigs.k8s.io/json"
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -68,15 +69,16 @@ type build struct {
 // decodes into. A kind that is not listed fails the test: every kind the
 // manifests use must be checked by something.
 var decoders = map[string]func() any{
-	"v1/Namespace":                      func() any { return &corev1.Namespace{} },
-	"v1/ConfigMap":                      func() any { return &corev1.ConfigMap{} },
-	"v1/Service":                        func() any { return &corev1.Service{} },
-	"apps/v1/Deployment":                func() any { return &appsv1.Deployment{} },
-	"apps/v1/StatefulSet":               func() any { return &appsv1.StatefulSet{} },
-	"policy/v1/PodDisruptionBudget":     func() any { return &policyv1.PodDisruptionBudget{} },
-	"kafka.strimzi.io/v1/Kafka":         func() any { return &strimziKafka{} },
-	"kafka.strimzi.io/v1/KafkaNodePool": func() any { return &strimziNodePool{} },
-	"kafka.strimzi.io/v1/KafkaTopic":    func() any { return &strimziTopic{} },
+	"v1/Namespace":                       func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap":                       func() any { return &corev1.ConfigMap{} },
+	"v1/Service":                         func() any { return &corev1.Service{} },
+	"apps/v1/Deployment":                 func() any { return &appsv1.Deployment{} },
+	"apps/v1/StatefulSet":                func() any { return &appsv1.StatefulSet{} },
+	"policy/v1/PodDisruptionBudget":      func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy": func() any { return &networkingv1.NetworkPolicy{} },
+	"kafka.strimzi.io/v1/Kafka":          func() any { return &strimziKafka{} },
+	"kafka.strimzi.io/v1/KafkaNodePool":  func() any { return &strimziNodePool{} },
+	"kafka.strimzi.io/v1/KafkaTopic":     func() any { return &strimziTopic{} },
 }
 
 var (

@@ -19,6 +19,14 @@ import (
 var externalSecrets = map[string][]string{
 	"kvindex-etcd-tls":        {"ca.crt", "tls.crt", "tls.key"},
 	"kvindex-etcd-client-tls": {"ca.crt", "tls.crt", "tls.key"},
+	// components/indexd-tls, etcd-auth and kafka-tls-sasl
+	// (docs/security.md, "Secrets").
+	"kvindex-indexd-tls":         {"ca.crt", "tls.crt", "tls.key"},
+	"kvindex-etcd-ingester-auth": {"password"},
+	"kvindex-etcd-indexd-auth":   {"password"},
+	"kvindex-cluster-ca-cert":    {"ca.crt"},
+	"kvindex-ingester":           {"password"},
+	"kvindex-bridge":             {"password"},
 }
 
 // rootExempt lists containers, by name, allowed to run as root with a

@@ -259,10 +259,16 @@ func TestKvindexRoles(t *testing.T) {
 				checkScrape(t, k, podmates(kcs, k))
 				switch k.Role {
 				case "indexd":
-					port := checkListen(t, k, "listen", "grpc")
+					port, probeFlag := checkListen(t, k, "listen", "grpc"), "listen"
+					// With a health port, the probes use it: it stays
+					// plaintext when the API port requires TLS, which
+					// kubelet's gRPC probe does not speak.
+					if _, ok := k.Flags["health-listen"]; ok {
+						port, probeFlag = checkListen(t, k, "health-listen", "health"), "health-listen"
+					}
 					for kind, pr := range map[string]*corev1.Probe{"startup": k.C.StartupProbe, "readiness": k.C.ReadinessProbe, "liveness": k.C.LivenessProbe} {
 						if pr == nil || pr.GRPC == nil || pr.GRPC.Port != port {
-							t.Errorf("%s: %s probe must be a gRPC probe on the --listen port %d (the gRPC health service)", k, kind, port)
+							t.Errorf("%s: %s probe must be a gRPC probe on the --%s port %d (the gRPC health service)", k, kind, probeFlag, port)
 						}
 					}
 				case "ingester":

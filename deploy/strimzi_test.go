@@ -15,7 +15,7 @@ import (
 // Strimzi custom resources (kafka.strimzi.io/v1, Strimzi 0.49 and later).
 // The CRDs are not vendored: these structs hold the fields of Strimzi's v1
 // API reference that the manifests use, decoded strictly, so a misspelt or
-// unsupported field fails; checkStrimzi then enforces the fields that
+// unsupported field fails; checkKafka and checkTopic then enforce the fields that
 // reference marks required and the enums of the ones used. A field the
 // manifests start to use must be added here, from that reference.
 

@@ -32,7 +32,7 @@ import (
 )
 
 // This file runs the bridge in the whole pipeline: a simulated vLLM engine
-// (internal/enginesim: PUB + ROUTER replay sockets, drops on demand,
+// (internal/sim/enginesim: PUB + ROUTER replay sockets, drops on demand,
 // restarts with seq 0) → bridge → kfake → ingester → etcd → indexd →
 // client. Every check is a Lookup (or ListEndpoints) through the client
 // with a read-your-events barrier on the offsets the bridge's records
@@ -188,7 +188,7 @@ func bridgeConfig(e *enginesim.Engine, brokers []string, ep keyspace.Endpoint) b
 	cfg.ProbeFailures = 3
 	cfg.ReconnectBackoff = 10 * time.Millisecond
 	cfg.MaxReconnectBackoff = 100 * time.Millisecond
-	cfg.Registerer = prometheus.NewRegistry()
+	cfg.Registry = prometheus.NewRegistry()
 	return cfg
 }
 
@@ -219,7 +219,8 @@ func waitLive(t *testing.T, ctx context.Context, r *bridgetest.Running, e *engin
 }
 
 // metricValue sums the counters of metric name in reg whose label label
-// (if given) has value value.
+// (if given) has value value. It fails the test when no sample matches:
+// a renamed metric or label value must not read as 0.
 func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value string) float64 {
 	t.Helper()
 	mfs, err := reg.Gather()
@@ -227,6 +228,7 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value strin
 		t.Fatal(err)
 	}
 	var sum float64
+	matched := 0
 	for _, mf := range mfs {
 		if mf.GetName() != name {
 			continue
@@ -237,9 +239,13 @@ func metricValue(t *testing.T, reg prometheus.Gatherer, name, label, value strin
 				ok = ok || (lp.GetName() == label && lp.GetValue() == value)
 			}
 			if ok {
+				matched++
 				sum += m.GetCounter().GetValue()
 			}
 		}
+	}
+	if matched == 0 {
+		t.Fatalf("no sample of metric %s with %s=%q", name, label, value)
 	}
 	return sum
 }
@@ -252,7 +258,7 @@ func checkMetrics(t *testing.T, cfg bridge.Config, want map[string]float64) {
 	for k := range want {
 		name, labels, _ := strings.Cut(strings.TrimSuffix(k, "}"), "{")
 		label, value, _ := strings.Cut(labels, "=")
-		got[k] = metricValue(t, cfg.Registerer.(prometheus.Gatherer), name, label, value)
+		got[k] = metricValue(t, cfg.Registry.(prometheus.Gatherer), name, label, value)
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("bridge metrics (-want +got):\n%s", d)

@@ -2,6 +2,6 @@
 // standalone, the operator commands, etcdctl against its keys) and the
 // public packages wired together as a deployment would wire them (Kafka →
 // ingester → etcd → indexd replicas → client), checked against the
-// reference model of internal/refmodel on seeded random event streams, with
+// reference model of internal/sim/refmodel on seeded random event streams, with
 // restarts, rebalances and compactions along the way.
 package e2e

@@ -117,7 +117,8 @@ func (p *pipeline) replica(endpoints ...string) *replica {
 	cfg.Etcd = cli
 	cfg.ListenAddr = "127.0.0.1:0"
 	cfg.BackoffMax = 500 * time.Millisecond
-	cfg.Registry = prometheus.NewRegistry()
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
 	srv, err := indexd.New(cfg)
 	if err != nil {
 		cli.Close()
@@ -127,7 +128,7 @@ func (p *pipeline) replica(endpoints ...string) *replica {
 		defer cli.Close()
 		return srv.Run(ctx)
 	})
-	return &replica{running: r, addr: srv.Addr().String(), reg: cfg.Registry}
+	return &replica{running: r, addr: srv.Addr().String(), reg: reg}
 }
 
 // lists is how many complete lists of etcd the replica has applied.

@@ -1,6 +1,7 @@
 package indexd
 
 import (
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"math"
@@ -11,14 +12,23 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // Defaults of Config (DefaultConfig). The request limits are the API's
 // documented ones (kvindex.v1 LookupRequest).
 const (
-	DefaultListenAddr        = "127.0.0.1:50051"
-	DefaultMaxHashes         = 8192
+	DefaultListenAddr = contract.DefaultGRPCAddr
+	DefaultMaxHashes  = 8192
+	// DefaultMaxTokens bounds a token Lookup's token ids: 8192 blocks of
+	// 16 tokens, the hashes a hash Lookup may carry (docs/limits.md).
+	DefaultMaxTokens = 131072
+	// DefaultMaxMultiModalItems bounds a token Lookup's multimodal items.
+	DefaultMaxMultiModalItems = 256
+	// DefaultMaxExtraBytes bounds each extra of a token Lookup: the LoRA
+	// name, the cache salt and each multimodal item's hash.
+	DefaultMaxExtraBytes     = 1024
 	DefaultMaxCandidates     = 4096
 	DefaultMaxBarrierRecords = 1024
 	DefaultMaxRequestBytes   = 4 << 20
@@ -47,7 +57,7 @@ const (
 	// that many endpoints with the longest names keyspace allows (a
 	// 512-byte model and pod) and the largest counts encode to under
 	// 4 MiB, gRPC's default receive limit, so every page reaches a client
-	// that kept the default (maxEndpointInfoBytes, checked by a test).
+	// that kept the default (TestListPageSizeLimitFits checks it).
 	ListPageSizeLimit = 3500
 	// DefaultProgressInterval is how often the watch asks etcd for a
 	// progress notification (etcd's own come every 10 minutes).
@@ -60,8 +70,10 @@ const (
 	DefaultMaxInFlightBlocks = 64 * DefaultMaxHashes
 )
 
-// Config configures a Server. Build one with DefaultConfig and set Etcd.
-// Numeric fields whose doc says "zero means the default" may be left zero.
+// Config configures a Server. Build one with DefaultConfig and set Etcd
+// (docs/STYLE.md "Config": numbers and durations have no implicit default,
+// so a zero one is invalid; a nil or zero reference field means the
+// default its doc names).
 type Config struct {
 	// Etcd is the client indexd lists and watches etcd through. Required.
 	// The caller owns it and closes it after Run returns.
@@ -75,76 +87,104 @@ type Config struct {
 	// closes it. Default nil: New listens on ListenAddr.
 	Listener net.Listener
 	// ListenAddr is the gRPC host:port when Listener is nil; port 0 picks a
-	// free port (Server.Addr says which). Default DefaultListenAddr; empty
-	// means the default.
+	// free port (Server.Addr says which). Default DefaultListenAddr;
+	// required when Listener is nil.
 	ListenAddr string
 
+	// TLS, when set, is the gRPC API's server TLS config (for example
+	// from internal/tlsfiles, which reloads rotated files; a config whose
+	// ClientAuth requires a verified certificate makes it mutual TLS).
+	// Default nil: plaintext. It never applies to the health port.
+	TLS *tls.Config
+	// DisableReflection leaves gRPC server reflection off the API port.
+	// Default false: reflection is served, so grpcurl needs no .proto.
+	DisableReflection bool
+	// HealthListener, when set, is a second port serving only the gRPC
+	// health service (grpc.health.v1), always in plaintext: kubelet's
+	// gRPC probe speaks no TLS. New takes ownership and Run closes it.
+	// Default nil: New listens on HealthListenAddr if that is set.
+	HealthListener net.Listener
+	// HealthListenAddr is the health port's host:port when HealthListener
+	// is nil; port 0 picks a free port (Server.HealthAddr says which).
+	// Default empty: no health port (health stays on the API port too).
+	HealthListenAddr string
+
 	// MaxHashes bounds LookupRequest.block_hashes; more is
-	// INVALID_ARGUMENT. Default 8192; zero means the default.
+	// INVALID_ARGUMENT. Default 8192; at least 1.
 	MaxHashes int
-	// MaxCandidates bounds LookupRequest.candidates. Default 4096; zero
-	// means the default.
+	// MaxTokens bounds TokenPrompt.token_ids of a token Lookup; more is
+	// INVALID_ARGUMENT. Keying costs about 0.1 µs per block at each of
+	// the (at most 4) block sizes (BENCHMARKS.md). Default 131072; at least 1.
+	MaxTokens int
+	// MaxMultiModalItems bounds TokenPrompt.multimodal_items; more is
+	// INVALID_ARGUMENT. Default 256; at least 1.
+	MaxMultiModalItems int
+	// MaxExtraBytes bounds each extra of a token Lookup in bytes: the LoRA
+	// name, the cache salt and each multimodal item's hash; longer is
+	// INVALID_ARGUMENT. Default 1024; at least 1.
+	MaxExtraBytes int
+	// MaxCandidates bounds LookupRequest.candidates. Default 4096; at least
+	// 1.
 	MaxCandidates int
-	// MaxBarrierRecords bounds Barrier.records. Default 1024; zero means
-	// the default.
+	// MaxBarrierRecords bounds Barrier.records. Default 1024; at least 1.
 	MaxBarrierRecords int
 	// MaxRequestBytes bounds an encoded request; a larger one is
 	// INVALID_ARGUMENT naming the limit. gRPC refuses requests over twice
 	// the limit before reading them (RESOURCE_EXHAUSTED). Default 4 MiB;
-	// zero means the default.
+	// at least 1.
 	MaxRequestBytes int
 	// BarrierTimeout bounds a barrier wait whose request gives no timeout;
-	// the call's own deadline still applies. Default 5 s; zero means the
-	// default.
+	// the call's own deadline still applies. Default 5 s; must be
+	// positive.
 	BarrierTimeout time.Duration
 	// MaxBarrierTimeout is the largest timeout a request may ask for; more
-	// is INVALID_ARGUMENT. Default 1 min; zero means the default. Must be
-	// at least BarrierTimeout.
+	// is INVALID_ARGUMENT. Default 1 min; must be at least
+	// BarrierTimeout.
 	MaxBarrierTimeout time.Duration
 	// MaxBarrierWaiters bounds the Lookups waiting on a barrier at once,
 	// across all connections; a Lookup whose barrier is not yet met when
 	// the limit is reached fails at once with RESOURCE_EXHAUSTED naming
 	// the limit (a barrier already met never waits and is not counted).
-	// Default 256; zero means the default.
+	// Default 256; at least 1.
 	MaxBarrierWaiters int
 	// MaxConcurrentStreams bounds the calls in flight on one client
 	// connection (gRPC's MaxConcurrentStreams); further calls on that
-	// connection wait in the client for a free stream. Default 1024; zero
-	// means the default.
+	// connection wait in the client for a free stream. Default 1024; at
+	// least 1.
 	MaxConcurrentStreams int
 
 	// ListPageSize is the number of endpoints a ListEndpoints page holds
-	// when the request's page_size is 0. Default 500; zero means the
-	// default. Must not exceed MaxListPageSize.
+	// when the request's page_size is 0. Default 500; at least 1 and
+	// at most MaxListPageSize.
 	ListPageSize int
 	// MaxListPageSize is the largest ListEndpoints page; a larger
-	// page_size is lowered to it (AIP-158). Default 2000; zero means the
-	// default; at most ListPageSizeLimit.
+	// page_size is lowered to it (AIP-158). Default 2000; at least 1
+	// and at most ListPageSizeLimit.
 	MaxListPageSize int
 
 	// ListConcurrency is how many endpoint block ranges a list reads from
-	// etcd at once. Default 4; zero means the default.
+	// etcd at once. Default 4; at least 1.
 	ListConcurrency int
 	// BackoffMin and BackoffMax bound the jittered exponential backoff
 	// between failed lists and broken watches. Defaults 100 ms and 10 s;
-	// zero means the default; BackoffMin must not exceed BackoffMax.
+	// both positive, BackoffMin at most BackoffMax.
 	BackoffMin, BackoffMax time.Duration
 	// ShutdownGrace is how long Run lets in-flight calls finish
-	// (GracefulStop) before it stops the server hard. Default 10 s; zero
-	// means the default.
+	// (GracefulStop) before it stops the server hard. Default 10 s; must be
+	// positive.
 	ShutdownGrace time.Duration
 
 	// ProgressInterval is how often the watch calls etcd's
 	// Watcher.RequestProgress, so an idle but healthy watch still proves
 	// itself current; the time of the last progress (a progress
 	// notification or a watch event, or a completed list) is what every
-	// Lookup answer's progress_time reports. Default 1 s; zero means the
-	// default.
+	// Lookup answer's progress_time reports. Default 1 s; must be
+	// positive.
 	ProgressInterval time.Duration
 	// StaleLogAfter is the age of the last progress past which the replica
 	// logs a warning (once, and once more when progress resumes); the age
 	// is always exported as kvindex_indexd_progress_age_seconds. Default
-	// 5 s; zero means the default.
+	// 5 s; must be positive.
 	StaleLogAfter time.Duration
 	// MaxStaleness, when positive, makes Ready (/readyz) fail once the last
 	// progress is older than it; gRPC health stays SERVING and Lookups
@@ -157,16 +197,16 @@ type Config struct {
 	// once, across all connections, counted in blocks: a hash Lookup costs
 	// len(block_hashes) (at least 1). A Lookup that would take the total
 	// past it fails at once with RESOURCE_EXHAUSTED naming the limit.
-	// Default 64 × MaxHashes (524,288); zero means the default; must be at
-	// least MaxHashes, so one largest request always fits.
+	// Default 64 × DefaultMaxHashes (524,288); must be at least
+	// MaxHashes, so one largest request always fits.
 	MaxInFlightBlocks int
 	// Clock is the clock of progress ages and staleness. Default nil: the
 	// real clock.
 	Clock clockwork.Clock
 
-	// Registry, when set, receives indexd's Prometheus metrics
-	// (kvindex_indexd_*). Default nil: metrics are kept but not exported.
-	Registry *prometheus.Registry
+	// Registry receives indexd's metrics (kvindex_indexd_*). Nil means
+	// they are kept but registered nowhere.
+	Registry prometheus.Registerer
 	// Logger receives indexd's logs. Default nil: discard.
 	Logger *slog.Logger
 }
@@ -178,6 +218,8 @@ func DefaultConfig() Config {
 		Keyspace:          keyspace.Default(),
 		ListenAddr:        DefaultListenAddr,
 		MaxHashes:         DefaultMaxHashes,
+		MaxTokens:         DefaultMaxTokens,
+		MaxExtraBytes:     DefaultMaxExtraBytes,
 		MaxCandidates:     DefaultMaxCandidates,
 		MaxBarrierRecords: DefaultMaxBarrierRecords,
 		MaxRequestBytes:   DefaultMaxRequestBytes,
@@ -195,36 +237,15 @@ func DefaultConfig() Config {
 		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		ListPageSize:         DefaultListPageSize,
 		MaxListPageSize:      DefaultMaxListPageSize,
+		MaxMultiModalItems:   DefaultMaxMultiModalItems,
 	}
 }
 
-// withDefaults returns c with zero fields replaced by their defaults.
+// withDefaults returns c with the zero reference fields that mean a
+// default filled.
 func (c Config) withDefaults() Config {
-	d := DefaultConfig()
-	if c.Keyspace.Prefix() == "" {
-		c.Keyspace = d.Keyspace
-	}
-	if c.ListenAddr == "" {
-		c.ListenAddr = d.ListenAddr
-	}
-	setDefault(&c.MaxHashes, d.MaxHashes)
-	setDefault(&c.MaxCandidates, d.MaxCandidates)
-	setDefault(&c.MaxBarrierRecords, d.MaxBarrierRecords)
-	setDefault(&c.MaxRequestBytes, d.MaxRequestBytes)
-	setDefault(&c.BarrierTimeout, d.BarrierTimeout)
-	setDefault(&c.MaxBarrierTimeout, d.MaxBarrierTimeout)
-	setDefault(&c.MaxBarrierWaiters, d.MaxBarrierWaiters)
-	setDefault(&c.MaxConcurrentStreams, d.MaxConcurrentStreams)
-	setDefault(&c.ListPageSize, d.ListPageSize)
-	setDefault(&c.MaxListPageSize, d.MaxListPageSize)
-	setDefault(&c.ListConcurrency, d.ListConcurrency)
-	setDefault(&c.BackoffMin, d.BackoffMin)
-	setDefault(&c.BackoffMax, d.BackoffMax)
-	setDefault(&c.ShutdownGrace, d.ShutdownGrace)
-	setDefault(&c.ProgressInterval, d.ProgressInterval)
-	setDefault(&c.StaleLogAfter, d.StaleLogAfter)
-	if c.MaxInFlightBlocks == 0 {
-		c.MaxInFlightBlocks = 64 * c.MaxHashes
+	if c.Keyspace == (keyspace.Keyspace{}) {
+		c.Keyspace = keyspace.Default()
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
@@ -232,24 +253,25 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-func setDefault[T int | time.Duration](v *T, d T) {
-	if *v == 0 {
-		*v = d
-	}
-}
-
 // Validate reports the first invalid field, wrapped in ErrInvalidConfig:
-// a missing Etcd client, a negative limit or duration, bounds out of
-// order, or a MaxListPageSize over ListPageSizeLimit. Zero fields are valid (they take the defaults).
+// a missing Etcd client, a missing ListenAddr without a Listener, a limit
+// or duration that is not positive, bounds out of order, or a
+// MaxListPageSize over ListPageSizeLimit.
 func (c Config) Validate() error {
 	if c.Etcd == nil {
 		return fmt.Errorf("%w: Etcd client is required", ErrInvalidConfig)
+	}
+	if c.Listener == nil && c.ListenAddr == "" {
+		return fmt.Errorf("%w: ListenAddr is required without a Listener", ErrInvalidConfig)
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{
 		{"MaxHashes", int64(c.MaxHashes)},
+		{"MaxTokens", int64(c.MaxTokens)},
+		{"MaxMultiModalItems", int64(c.MaxMultiModalItems)},
+		{"MaxExtraBytes", int64(c.MaxExtraBytes)},
 		{"MaxCandidates", int64(c.MaxCandidates)},
 		{"MaxBarrierRecords", int64(c.MaxBarrierRecords)},
 		{"MaxRequestBytes", int64(c.MaxRequestBytes)},
@@ -265,33 +287,34 @@ func (c Config) Validate() error {
 		{"ShutdownGrace", int64(c.ShutdownGrace)},
 		{"ProgressInterval", int64(c.ProgressInterval)},
 		{"StaleLogAfter", int64(c.StaleLogAfter)},
-		{"MaxStaleness", int64(c.MaxStaleness)},
 		{"MaxInFlightBlocks", int64(c.MaxInFlightBlocks)},
 	} {
-		if f.v < 0 {
-			return fmt.Errorf("%w: %s is negative (%d)", ErrInvalidConfig, f.name, f.v)
+		if f.v <= 0 {
+			return fmt.Errorf("%w: %s is %d: want a positive value", ErrInvalidConfig, f.name, f.v)
 		}
 	}
-	d := c.withDefaults()
-	if d.BackoffMin > d.BackoffMax {
-		return fmt.Errorf("%w: BackoffMin %s exceeds BackoffMax %s", ErrInvalidConfig, d.BackoffMin, d.BackoffMax)
+	if c.BackoffMin > c.BackoffMax {
+		return fmt.Errorf("%w: BackoffMin %s exceeds BackoffMax %s", ErrInvalidConfig, c.BackoffMin, c.BackoffMax)
 	}
-	if d.BarrierTimeout > d.MaxBarrierTimeout {
-		return fmt.Errorf("%w: BarrierTimeout %s exceeds MaxBarrierTimeout %s", ErrInvalidConfig, d.BarrierTimeout, d.MaxBarrierTimeout)
+	if c.BarrierTimeout > c.MaxBarrierTimeout {
+		return fmt.Errorf("%w: BarrierTimeout %s exceeds MaxBarrierTimeout %s", ErrInvalidConfig, c.BarrierTimeout, c.MaxBarrierTimeout)
 	}
-	if d.MaxConcurrentStreams > math.MaxUint32 {
-		return fmt.Errorf("%w: MaxConcurrentStreams %d exceeds %d", ErrInvalidConfig, d.MaxConcurrentStreams, uint32(math.MaxUint32))
+	if c.MaxConcurrentStreams > math.MaxUint32 {
+		return fmt.Errorf("%w: MaxConcurrentStreams %d exceeds %d", ErrInvalidConfig, c.MaxConcurrentStreams, uint32(math.MaxUint32))
 	}
-	if d.MaxListPageSize > ListPageSizeLimit {
+	if c.MaxListPageSize > ListPageSizeLimit {
 		return fmt.Errorf("%w: MaxListPageSize %d exceeds %d (a page of the longest endpoints must fit gRPC's default 4 MiB receive limit)",
-			ErrInvalidConfig, d.MaxListPageSize, ListPageSizeLimit)
+			ErrInvalidConfig, c.MaxListPageSize, ListPageSizeLimit)
 	}
-	if d.MaxInFlightBlocks < d.MaxHashes {
+	if c.MaxStaleness < 0 {
+		return fmt.Errorf("%w: MaxStaleness is %s: want zero (off) or a positive duration", ErrInvalidConfig, c.MaxStaleness)
+	}
+	if c.MaxInFlightBlocks < c.MaxHashes {
 		return fmt.Errorf("%w: MaxInFlightBlocks %d is below MaxHashes %d (one largest Lookup must fit)",
-			ErrInvalidConfig, d.MaxInFlightBlocks, d.MaxHashes)
+			ErrInvalidConfig, c.MaxInFlightBlocks, c.MaxHashes)
 	}
-	if d.ListPageSize > d.MaxListPageSize {
-		return fmt.Errorf("%w: ListPageSize %d exceeds MaxListPageSize %d", ErrInvalidConfig, d.ListPageSize, d.MaxListPageSize)
+	if c.ListPageSize > c.MaxListPageSize {
+		return fmt.Errorf("%w: ListPageSize %d exceeds MaxListPageSize %d", ErrInvalidConfig, c.ListPageSize, c.MaxListPageSize)
 	}
 	return nil
 }

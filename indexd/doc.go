@@ -34,6 +34,14 @@
 // disk); endpoints matching nothing are left out, and models never share
 // entries. Candidates restrict the answer to the named endpoints.
 //
+// # Transport security
+//
+// With Config.TLS the API is served over TLS, and over mutual TLS when that
+// config requires client certificates (internal/tlsfiles builds one that
+// re-reads rotated files). A health port (Config.HealthListenAddr) answers
+// grpc.health.v1 only, always in plaintext, for kubelet's probes.
+// Reflection is on unless Config.DisableReflection. docs/security.md.
+//
 // # Limits
 //
 // Every request is bounded (Config, docs/limits.md): hashes, candidates,
@@ -51,6 +59,6 @@
 // (endpoint, tier mask) or an endpoint set in a pointer-free arena. Lookup
 // walks the hashes in order keeping the shrinking set of endpoints still
 // matching and stops when it is empty. Memory and speed are measured
-// against the goals of DESIGN "Performance goals" (internal/bench,
+// against the goals of DESIGN "Performance goals" (internal/sim/bench,
 // BENCHMARKS.md).
 package indexd

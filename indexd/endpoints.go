@@ -76,6 +76,7 @@ func (s *Server) listEndpoints(req *kvindexv1.ListEndpointsRequest) (*kvindexv1.
 			DiskBlocks: e.Blocks[2],
 			BlockSize:  e.BlockSize,
 			Partition:  e.Partition,
+			HashMode:   hashModeOf(e.HashMode),
 		}
 		if !e.LastSeen.IsZero() {
 			out.LastSeen = timestamppb.New(e.LastSeen)
@@ -167,4 +168,16 @@ func decodePageToken(tok string) (keyspace.Endpoint, error) {
 		return bad("not canonical")
 	}
 	return ep, nil
+}
+
+// hashModeOf is the API's HashMode of an endpoint record's mode;
+// UNSPECIFIED without a record (or with one that did not decode).
+func hashModeOf(m keyspace.HashMode) kvindexv1.HashMode {
+	switch m {
+	case keyspace.HashModeToken:
+		return kvindexv1.HashMode_HASH_MODE_TOKEN
+	case keyspace.HashModeEngine:
+		return kvindexv1.HashMode_HASH_MODE_ENGINE
+	}
+	return kvindexv1.HashMode_HASH_MODE_UNSPECIFIED
 }

@@ -281,8 +281,9 @@ func TestListPageSizeLimitFits(t *testing.T) {
 		{name: "largest_allowed", size: 10, maxSize: ListPageSizeLimit, ok: true},
 		{name: "over_the_limit", size: 10, maxSize: ListPageSizeLimit + 1},
 		{name: "default_over_max", size: 20, maxSize: 10},
-		{name: "default_over_default_max", size: DefaultMaxListPageSize + 1},
-		{name: "zeros_take_defaults", ok: true},
+		{name: "default_over_default_max", size: DefaultMaxListPageSize + 1, maxSize: DefaultMaxListPageSize},
+		{name: "zero_size", maxSize: DefaultMaxListPageSize},
+		{name: "zero_max", size: 10},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c.ListPageSize, c.MaxListPageSize = tc.size, tc.maxSize

@@ -6,8 +6,6 @@ import (
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-
-	"github.com/kvindex/kvindex/internal/index"
 )
 
 // Sentinel errors; wrapped with detail, test them with errors.Is. The gRPC
@@ -38,14 +36,6 @@ var (
 	// ErrStale reports, from Ready, a replica whose last progress from etcd
 	// is older than Config.MaxStaleness.
 	ErrStale = errors.New("indexd: index is stale")
-	// ErrIndexFull reports that an internal limit of the in-memory index
-	// (2^28 endpoints, 2^31 words of endpoint sets) was reached; the event
-	// is counted and skipped. It is internal/index's ErrFull.
-	ErrIndexFull = index.ErrFull
-	// ErrMalformedValue reports a stored value under the prefix that does
-	// not decode; the event is counted and skipped. It is internal/index's
-	// ErrMalformedValue.
-	ErrMalformedValue = index.ErrMalformedValue
 )
 
 // toStatus maps an error of a handler to its gRPC status: the one place

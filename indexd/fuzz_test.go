@@ -2,11 +2,13 @@ package indexd
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -14,15 +16,20 @@ import (
 )
 
 // FuzzLookupRequest decodes arbitrary bytes as a LookupRequest and runs
-// validation and the lookup on a small index: nothing may panic, a
-// rejection is ErrInvalidArgument, and every answer keeps the API's
-// invariants.
+// validation and the lookup (a token Lookup when the request has tokens)
+// on a small index whose endpoints hold the keys of a few token prompts
+// at block sizes 4 and 8: nothing may panic, a rejection is
+// ErrInvalidArgument, and every answer keeps the API's invariants.
 func FuzzLookupRequest(f *testing.F) {
 	for _, req := range []*kvindexv1.LookupRequest{
 		{Model: "m", BlockHashes: []uint64{1, 2, 3}},
 		{Model: "m", BlockHashes: []uint64{1}, Candidates: []*kvindexv1.Endpoint{{Pod: "p0", DpRank: 0}, {Pod: ""}}},
 		{Model: "m", Barrier: &kvindexv1.Barrier{Records: []*kvindexv1.PartitionOffset{{Topic: "t", Partition: -1, Offset: 3}}, Timeout: durationpb.New(-1)}},
 		{},
+		{Model: "m", Tokens: &kvindexv1.TokenPrompt{TokenIds: fuzzTokens}},
+		{Model: "m", Tokens: &kvindexv1.TokenPrompt{TokenIds: fuzzTokens, LoraName: "l", CacheSalt: "s"}, Candidates: []*kvindexv1.Endpoint{{Pod: "t4"}}},
+		{Model: "m", Tokens: &kvindexv1.TokenPrompt{TokenIds: fuzzTokens, MultimodalItems: []*kvindexv1.MultiModalItem{{Hash: "img", Offset: 2, Length: 5}}}},
+		{Model: "m", BlockHashes: []uint64{1}, Tokens: &kvindexv1.TokenPrompt{TokenIds: []uint32{1}}},
 	} {
 		b, err := proto.Marshal(req)
 		if err != nil {
@@ -52,17 +59,40 @@ func FuzzLookupRequest(f *testing.F) {
 					}
 				}
 			}
+			for _, size := range []int{4, 8} {
+				ep := keyspace.Endpoint{Model: "m", Pod: fmt.Sprintf("t%d", size)}
+				rec, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: uint32(size)}).Marshal()
+				_, _ = ix.ApplyPut(ks.EndpointKey(ep), rec)
+				for _, p := range []client.TokenPrompt{{TokenIDs: fuzzTokens}, {TokenIDs: fuzzTokens, LoRAName: "l", CacheSalt: "s"}} {
+					for _, k := range client.TokenKeys(p, size) {
+						_, _ = ix.ApplyPut(ks.BlockKey(ep, tier.GPU, k), nil)
+					}
+				}
+			}
 		})
 		var cands []keyspace.Endpoint
 		for _, c := range req.Candidates {
 			cands = append(cands, keyspace.Endpoint{Pod: c.Pod, Rank: c.DpRank})
 		}
 		var sc index.Scratch
-		ix.Lookup(&sc, req.Model, req.BlockHashes, cands)
+		if req.Tokens != nil {
+			if err := ix.LookupTokens(&sc, req.Model, tokenKeyer(req.Tokens), cands); err != nil {
+				t.Fatalf("token Lookup over two block sizes: %v", err)
+			}
+		} else {
+			ix.Lookup(&sc, req.Model, req.BlockHashes, cands)
+		}
 		resp := lookupResponse(&sc)
 		for _, m := range resp.Matches {
-			if m.MatchedBlocks == 0 || int(m.MatchedBlocks) > len(req.BlockHashes) || len(m.Tiers) != int(m.MatchedBlocks) {
-				t.Fatalf("match %v breaks the API's invariants for %d hashes", m, len(req.BlockHashes))
+			limit := len(req.BlockHashes)
+			if req.Tokens != nil {
+				if m.BlockSize != 4 && m.BlockSize != 8 {
+					t.Fatalf("token match %v has a block size no token-mode endpoint has", m)
+				}
+				limit = len(req.Tokens.TokenIds) / int(m.BlockSize)
+			}
+			if m.MatchedBlocks == 0 || int(m.MatchedBlocks) > limit || len(m.Tiers) != int(m.MatchedBlocks) {
+				t.Fatalf("match %v breaks the API's invariants for %d hashes or blocks", m, limit)
 			}
 			for _, x := range m.Tiers {
 				if !tier.Tier(x).Valid() {
@@ -72,3 +102,6 @@ func FuzzLookupRequest(f *testing.F) {
 		}
 	})
 }
+
+// fuzzTokens is the prompt whose keys FuzzLookupRequest's index holds.
+var fuzzTokens = []uint32{5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21}

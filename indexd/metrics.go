@@ -26,7 +26,7 @@ type metrics struct {
 // newMetrics builds the metrics and registers them, with gauges that read
 // the current index through cur and the progress age through progressAge,
 // on reg (when non-nil).
-func newMetrics(reg *prometheus.Registry, cur func() *index.Index, progressAge func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge func() float64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_requests_total",

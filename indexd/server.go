@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
@@ -27,19 +28,26 @@ import (
 
 // Server is an indexd replica: the reflector that keeps the index in step
 // with etcd, and the gRPC server (kvindex.v1.IndexService, the gRPC health
-// service, reflection) that answers from it.
+// service, reflection unless Config.DisableReflection) that answers from
+// it, over TLS when Config.TLS is set. With a health port
+// (Config.HealthListenAddr) a second, plaintext gRPC server answers
+// grpc.health.v1 only, with the same statuses.
 //
 // Shutdown order (Run, when its context ends): the health service turns
-// NOT_SERVING and ends its Watch streams; the gRPC server stops taking calls and lets in-flight ones
+// NOT_SERVING and ends its Watch streams; the health port stops; the gRPC server stops taking calls and lets in-flight ones
 // finish for up to ShutdownGrace, then closes what is left; the reflector's
 // watch is cancelled. The index stays readable to the end.
 type Server struct {
 	kvindexv1.UnsafeIndexServiceServer
 
-	cfg    Config
-	lis    net.Listener
-	grpc   *grpc.Server
-	health *health.Server
+	cfg  Config
+	lis  net.Listener
+	grpc *grpc.Server
+	// healthLis and healthGRPC serve the plaintext health port; nil
+	// without one.
+	healthLis  net.Listener
+	healthGRPC *grpc.Server
+	health     *health.Server
 	// stopping is cancelled when shutdown begins; it ends health watches.
 	stopping     context.Context
 	stopHealthFn context.CancelFunc
@@ -77,7 +85,15 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("indexd: listening on %s: %w", cfg.ListenAddr, err)
 		}
 	}
-	s := &Server{cfg: cfg, lis: lis, health: health.NewServer(), bcst: newBroadcaster()}
+	healthLis := cfg.HealthListener
+	if healthLis == nil && cfg.HealthListenAddr != "" {
+		var err error
+		if healthLis, err = net.Listen("tcp", cfg.HealthListenAddr); err != nil {
+			lis.Close()
+			return nil, fmt.Errorf("indexd: listening on %s (health): %w", cfg.HealthListenAddr, err)
+		}
+	}
+	s := &Server{cfg: cfg, lis: lis, healthLis: healthLis, health: health.NewServer(), bcst: newBroadcaster()}
 	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
 	s.pool.New = func() any { return new(index.Scratch) }
 	s.refl = &reflector{cli: cfg.Etcd, ks: cfg.Keyspace, cfg: cfg, log: cfg.Logger, bcst: s.bcst, onReady: s.setReady}
@@ -85,20 +101,49 @@ func New(cfg Config) (*Server, error) {
 	s.refl.m = s.m
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.ForceServerCodecV2(newDeferredCodec()),
-	)
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	desc := s.serviceDesc()
 	s.grpc.RegisterService(&desc, s)
-	healthpb.RegisterHealthServer(s.grpc, &healthService{Server: s.health, stopping: s.stopping})
-	reflection.Register(s.grpc)
+	hs := &healthService{Server: s.health, stopping: s.stopping}
+	healthpb.RegisterHealthServer(s.grpc, hs)
+	if !cfg.DisableReflection {
+		reflection.Register(s.grpc)
+	}
+	if healthLis != nil {
+		// Only health on this port: it is plaintext and reachable by the
+		// kubelet, so it must not answer Lookup or describe the API.
+		s.healthGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(healthRequestLimit), grpc.MaxConcurrentStreams(healthMaxStreams))
+		healthpb.RegisterHealthServer(s.healthGRPC, hs)
+	}
 	return s, nil
 }
 
+// Health port limits: a health check is a service name, a probe needs a
+// stream or two.
+const (
+	healthRequestLimit = 4 << 10
+	healthMaxStreams   = 16
+)
+
 // Addr is the address the gRPC API is served on.
 func (s *Server) Addr() net.Addr { return s.lis.Addr() }
+
+// HealthAddr is the address of the plaintext health port, or nil when
+// there is none (Config.HealthListener, HealthListenAddr).
+func (s *Server) HealthAddr() net.Addr {
+	if s.healthLis == nil {
+		return nil
+	}
+	return s.healthLis.Addr()
+}
 
 // Ready returns nil once the first list of etcd has been applied (the
 // replica then serves), else an error wrapping ErrNotReady; with
@@ -129,7 +174,7 @@ func (s *Server) setReady() {
 // ServeIndex makes the replica answer from ix instead of the index it
 // listed, until the reflector publishes its next list (a re-list after a
 // compaction); watched events keep going to the listed index, not to ix.
-// It exists for the benchmarks of this module (internal/bench), which
+// It exists for the benchmarks of this module (internal/sim/bench), which
 // serve indexes of millions of entries without loading them into etcd;
 // ix's type is internal to the module. A nil ix is ignored.
 func (s *Server) ServeIndex(ix *index.Index) {
@@ -159,6 +204,14 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		return nil
 	})
+	if s.healthGRPC != nil {
+		g.Go(func() error {
+			if err := s.healthGRPC.Serve(s.healthLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return fmt.Errorf("indexd: serving health on %s: %w", s.HealthAddr(), err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		s.stop()
@@ -173,6 +226,11 @@ func (s *Server) Run(ctx context.Context) error {
 func (s *Server) stop() {
 	s.health.Shutdown()
 	s.stopHealthFn()
+	if s.healthGRPC != nil {
+		// Its calls are unary checks and Watch streams, which stopHealthFn
+		// has just ended: nothing to wait for.
+		s.healthGRPC.Stop()
+	}
 	done := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -226,7 +284,10 @@ func (s *Server) checkSize(req proto.Message) error {
 }
 
 // Lookup implements kvindex.v1.IndexService/Lookup (DESIGN semantics 5,
-// candidate filter, read-your-events barrier).
+// candidate filter, read-your-events barrier). A request with tokens is a
+// token Lookup (DESIGN "Hashing", readers): the prompt is keyed once per
+// block size among the candidate endpoints in token mode, each of which
+// is matched with the keys of its own block size.
 func (s *Server) Lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvindexv1.LookupResponse, error) {
 	resp, err := s.lookup(ctx, req)
 	return resp, toStatus(err)
@@ -270,7 +331,13 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 	}
 	sc := s.pool.Get().(*index.Scratch)
 	defer s.pool.Put(sc)
-	ix.Lookup(sc, req.Model, req.BlockHashes, cands)
+	if req.Tokens != nil {
+		if err := ix.LookupTokens(sc, req.Model, tokenKeyer(req.Tokens), cands); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		}
+	} else {
+		ix.Lookup(sc, req.Model, req.BlockHashes, cands)
+	}
 	resp := lookupResponse(sc)
 	if !progress.IsZero() {
 		resp.ProgressTime = timestamppb.New(progress)
@@ -333,7 +400,7 @@ func lookupResponse(sc *index.Scratch) *kvindexv1.LookupResponse {
 				ts[j] = kvindexv1.Tier(t)
 			}
 			eps[i].Pod, eps[i].DpRank = m.Endpoint.Pod, m.Endpoint.Rank
-			ms[i].Endpoint, ms[i].MatchedBlocks, ms[i].Tiers = &eps[i], uint32(m.Blocks), ts
+			ms[i].Endpoint, ms[i].MatchedBlocks, ms[i].Tiers, ms[i].BlockSize = &eps[i], uint32(m.Blocks), ts, m.BlockSize
 			resp.Matches[i] = &ms[i]
 		}
 	}
@@ -364,6 +431,9 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.Partition
 	if n := len(req.BlockHashes); n > s.cfg.MaxHashes {
 		return nil, 0, fmt.Errorf("%w: block_hashes has %d hashes, the limit is %d per request (--max-hashes)",
 			ErrInvalidArgument, n, s.cfg.MaxHashes)
+	}
+	if err := s.validateTokens(req); err != nil {
+		return nil, 0, err
 	}
 	if n := len(req.Candidates); n > s.cfg.MaxCandidates {
 		return nil, 0, fmt.Errorf("%w: candidates has %d endpoints, the limit is %d per request",

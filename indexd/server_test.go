@@ -285,7 +285,7 @@ func TestListEndpoints(t *testing.T) {
 		w.record(pod0, keyspace.EndpointRecord{BlockSize: 16, LastRecord: seen, Topic: "kvindex-events", Partition: 3}),
 		w.put(blk(pod0, tier.GPU, 1)), w.put(blk(pod0, tier.GPU, 2)), w.put(blk(pod0, tier.Disk, 2)),
 		w.put(blk(pod1, tier.CPU, 1)), // no record: listed with its blocks
-		w.record(other, keyspace.EndpointRecord{LastRecord: seen}),
+		w.record(other, keyspace.EndpointRecord{LastRecord: seen, HashMode: keyspace.HashModeToken}),
 	)
 	r := startReplica(t, e.Client)
 	r.waitServing(t)
@@ -299,12 +299,12 @@ func TestListEndpoints(t *testing.T) {
 	}{
 		{name: "one_model", model: model, want: []*kvindexv1.EndpointInfo{
 			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod1.Pod}, CpuBlocks: 1},
-			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen)},
+			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_ENGINE},
 		}},
 		{name: "every_model", want: []*kvindexv1.EndpointInfo{
-			{Model: "m2", Endpoint: &kvindexv1.Endpoint{Pod: "p"}, LastSeen: timestamppb.New(seen)},
+			{Model: "m2", Endpoint: &kvindexv1.Endpoint{Pod: "p"}, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_TOKEN},
 			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod1.Pod}, CpuBlocks: 1},
-			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen)},
+			{Model: model, Endpoint: &kvindexv1.Endpoint{Pod: pod0.Pod}, GpuBlocks: 2, DiskBlocks: 1, BlockSize: 16, Partition: 3, LastSeen: timestamppb.New(seen), HashMode: kvindexv1.HashMode_HASH_MODE_ENGINE},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -364,7 +364,11 @@ func TestConfigValidate(t *testing.T) {
 		ok   bool
 	}{
 		{name: "defaults", mod: func(*Config) {}, ok: true},
-		{name: "zero_values_take_defaults", mod: func(c *Config) { *c = Config{Etcd: c.Etcd} }, ok: true},
+		{name: "zero_values_are_invalid", mod: func(c *Config) { *c = Config{Etcd: c.Etcd} }},
+		{name: "zero_limit", mod: func(c *Config) { c.MaxCandidates = 0 }},
+		{name: "zero_duration", mod: func(c *Config) { c.ShutdownGrace = 0 }},
+		{name: "no_listen_addr", mod: func(c *Config) { c.ListenAddr = "" }},
+		{name: "zero_keyspace_is_the_default", mod: func(c *Config) { c.Keyspace = keyspace.Keyspace{} }, ok: true},
 		{name: "no_etcd", mod: func(c *Config) { c.Etcd = nil }},
 		{name: "negative_limit", mod: func(c *Config) { c.MaxHashes = -1 }},
 		{name: "backoff_out_of_order", mod: func(c *Config) { c.BackoffMin, c.BackoffMax = time.Second, time.Millisecond }},

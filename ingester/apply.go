@@ -10,23 +10,24 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // Record header names and values (DESIGN "Kafka record contract").
 const (
-	headerModel       = "model"
-	headerKind        = "kind"
-	headerDPRank      = "dp_rank"
-	headerSeq         = "seq"
-	headerIncarnation = "incarnation"
-	headerFormat      = "format"
+	headerModel       = contract.HeaderModel
+	headerKind        = contract.HeaderKind
+	headerDPRank      = contract.HeaderDPRank
+	headerSeq         = contract.HeaderSeq
+	headerIncarnation = contract.HeaderIncarnation
+	headerFormat      = contract.HeaderFormat
 
-	formatVLLM    = "vllm-msgpack"
-	kindHeartbeat = "heartbeat"
-	kindGoodbye   = "goodbye"
-	kindResync    = "resync"
+	formatVLLM    = contract.FormatVLLM
+	kindHeartbeat = contract.KindHeartbeat
+	kindGoodbye   = contract.KindGoodbye
+	kindResync    = contract.KindResync
 )
 
 // Skip reasons of whole records: the metric labels of docs/semantics.md.
@@ -155,6 +156,9 @@ type applier struct {
 	log *slog.Logger
 	m   *metrics
 	dec *events.Decoder
+	// mediums is the fingerprint of cfg.Mediums (DESIGN v1.1): every
+	// endpoint record carries the one it was written under.
+	mediums string
 
 	// eps are the partition's endpoints; win the open window.
 	eps map[keyspace.Endpoint]*endpoint
@@ -278,12 +282,19 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := a.endpoint(id, true)
+	a.remapped(ep)
 	a.touch(ep)
 	if h.hasSeq && !a.sequence(ep, seq, batch.TS, h.incarnation, r.Offset) {
 		return
 	}
+	a.chooseGroup(ep, batch.Events)
+	otherGroup := 0
 	for i := range batch.Events {
 		ev := &batch.Events[i]
+		if !inGroup(ep, ev) {
+			otherGroup++
+			continue
+		}
 		a.m.events.WithLabelValues(ev.Type.String()).Inc()
 		switch ev.Type {
 		case events.BlockStored:
@@ -292,7 +303,15 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 			a.removed(ep, ev)
 		case events.AllBlocksCleared:
 			a.cleared(ep)
+		case events.TierBlocksCleared:
+			a.tierCleared(ep, ev.Tier)
 		}
+	}
+	if otherGroup > 0 {
+		// Expected of every hybrid model, so counted and logged at debug
+		// level only, once per record.
+		a.m.skippedEvents.WithLabelValues(events.SkipOtherGroup.String()).Add(float64(otherGroup))
+		a.log.Debug("events of other KV-cache groups skipped", "offset", r.Offset, "endpoint", id.String(), "group", ep.cur.group, "skipped", otherGroup)
 	}
 }
 
@@ -327,6 +346,10 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 	case reason != "":
 		a.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", ep.id.String(), "seq", seq, "offset", offset)
 		a.drop(ep, reason, false)
+	}
+	if reason == "incarnation" || reason == "restart" {
+		// A new engine process learns its KV-cache groups afresh.
+		cur.group, cur.groupSet = 0, false
 	}
 	s := seq
 	cur.seq, cur.batchTS = &s, batchTS
@@ -370,13 +393,18 @@ func (a *applier) goodbye(id keyspace.Endpoint) {
 // stays (the engine sends its state again).
 func (a *applier) resync(id keyspace.Endpoint) {
 	if ep := a.eps[id]; ep != nil {
+		a.remapped(ep)
 		a.drop(ep, "resync", false)
 	}
 }
 
 // heartbeat applies a heartbeat record: the endpoint is alive (created if
 // new).
-func (a *applier) heartbeat(id keyspace.Endpoint) { a.touch(a.endpoint(id, true)) }
+func (a *applier) heartbeat(id keyspace.Endpoint) {
+	ep := a.endpoint(id, true)
+	a.remapped(ep)
+	a.touch(ep)
+}
 
 // advanceClock moves the partition clock for a record: its Kafka timestamp
 // while the partition is behind, wall time once caught up; never back.
@@ -434,6 +462,7 @@ func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 		return ep
 	}
 	ep := newEndpoint(a.cfg.Keyspace, a.p, id)
+	ep.cur.mediums = a.mediums
 	a.eps[id] = ep
 	return ep
 }

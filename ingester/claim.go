@@ -210,7 +210,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		m:         in.m,
 		kv:        in.kv,
 		leases:    in.leases,
-		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), eps: eps, win: win, out: in.outage},
+		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(), eps: eps, win: win, out: in.outage},
 		win:       win,
 		eps:       eps,
 		ownerKey:  in.cfg.Keyspace.OwnerKey(part),

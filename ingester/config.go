@@ -12,14 +12,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // Defaults of Config (DESIGN "Writes").
 const (
-	DefaultTopic            = "kvindex-events"
-	DefaultGroup            = "kvindex-ingester"
+	DefaultTopic            = contract.DefaultTopic
+	DefaultGroup            = contract.DefaultGroup
 	DefaultMaxTxnOps        = 128
 	DefaultMaxTxnBytes      = 1 << 20
 	DefaultWindowRecords    = 1024
@@ -126,11 +127,15 @@ type Config struct {
 	// window. Default DefaultRebalanceTimeout (30 s); must be positive.
 	RebalanceTimeout time.Duration
 
-	// Mediums maps engine medium strings to tiers. Nil means
-	// events.DefaultMediums().
+	// Mediums maps engine medium strings to tiers, matched
+	// case-insensitively (DESIGN v1.1). Nil means events.DefaultMediums().
+	// Validate refuses a map that gives two spellings of one name
+	// different tiers, or a name no real tier. Its fingerprint is stored
+	// in every endpoint record; changing the map drops each endpoint
+	// written under the old one before its next record applies.
 	Mediums events.MediumMap
-	// Registry receives the ingester's metrics. Nil means a private
-	// registry nobody scrapes.
+	// Registry receives the ingester's metrics (kvindex_ingester_*). Nil
+	// means they are kept but registered nowhere.
 	Registry prometheus.Registerer
 	// Logger receives structured logs. Nil discards them.
 	Logger *slog.Logger
@@ -138,9 +143,10 @@ type Config struct {
 	// caught up (DESIGN semantics 8). Nil means the real clock. Lease
 	// keepalives always use real time: etcd expires leases in real time.
 	Clock clockwork.Clock
-	// KafkaOpts are appended to the Kafka client's options (tests, TLS,
-	// SASL). The ingester's own consumer-group options come first.
-	KafkaOpts []kgo.Opt
+	// KafkaOptions are extra franz-go client options (tests, TLS, SASL),
+	// applied after the ingester's own consumer-group options. Default
+	// none.
+	KafkaOptions []kgo.Opt
 
 	// OnAssigned, when set, is called with the partitions this member owns
 	// after every assignment change. It must return quickly.
@@ -264,6 +270,11 @@ func (c *Config) Validate() error {
 	}
 	if err := keyspace.ValidateName("topic", c.Topic); err != nil {
 		return bad("Topic: %v", err)
+	}
+	if c.Mediums != nil {
+		if err := c.Mediums.Validate(); err != nil {
+			return bad("Mediums: %v", err)
+		}
 	}
 	if err := keyspace.ValidateName("group", c.Group); err != nil {
 		return bad("Group: %v", err)

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 func TestConfigValidate(t *testing.T) {
@@ -46,6 +49,9 @@ func TestConfigValidate(t *testing.T) {
 		{"queue_bytes_smallest", func(c *Config) { c.QueueBytes = 64 << 10 }, true},
 		{"no_session_timeout", func(c *Config) { c.SessionTimeout = 0 }, false},
 		{"bad_id", func(c *Config) { c.ID = "\xff" }, false},
+		{"mediums_extended", func(c *Config) { c.Mediums = events.DefaultMediums(); c.Mediums["hbm"] = tier.GPU }, true},
+		{"mediums_two_spellings_two_tiers", func(c *Config) { c.Mediums = events.MediumMap{"Disk": tier.Disk, "DISK": tier.CPU} }, false},
+		{"medium_on_no_tier", func(c *Config) { c.Mediums = events.MediumMap{"HBM": tier.Unknown} }, false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -68,7 +68,12 @@
 // window is written, each drop deletes its endpoint's blocks/ range in
 // guarded pages of at most DropPageSize keys before any of the window's
 // block ops (so the ops queued after the drop land after it); goodbye and
-// expiry delete the endpoint record and member key in the last page.
+// expiry delete the endpoint record and member key in the last page. A
+// TierBlocksCleared is a range drop of one tier's keys (blocks/.../{tier}/)
+// that voids only that tier's pending ops; a switch from provisional group
+// 0 to the endpoint's attention group (DESIGN v1.1) and a change of the
+// medium map the endpoint was written under are whole drops, like a
+// resync (docs/semantics.md, "Mediums and tiers" and "KV-cache groups").
 //
 // # Leases
 //

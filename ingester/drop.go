@@ -13,6 +13,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // writeDrops writes the window's range drops, in the order they were
@@ -37,6 +38,9 @@ func (w *worker) writeDrops(ctx context.Context) error {
 // lease of the endpoint) are revoked.
 func (w *worker) writeDrop(ctx context.Context, d dropOp) error {
 	ep := d.ep
+	if !d.all {
+		return w.writeTierDrop(ctx, d)
+	}
 	end := []byte(keyspace.RangeEnd(ep.blocksPrefix))
 	for {
 		all := true
@@ -87,6 +91,50 @@ func (w *worker) writeDrop(ctx context.Context, d dropOp) error {
 	}
 	ep.inEtcd = false
 	w.leases.forget(ctx, ep)
+	return nil
+}
+
+// writeTierDrop writes a tier clear: the block keys of d.ep in each tier
+// set in d.tiers, in guarded pages of at most DropPageSize keys. The
+// record and the other tiers stay; each cleared tier keeps one (empty)
+// lease shard.
+func (w *worker) writeTierDrop(ctx context.Context, d dropOp) error {
+	ep := d.ep
+	for _, t := range tier.All {
+		if !d.tiers[t] {
+			continue
+		}
+		if ep.mayHaveBlocks {
+			prefix := w.cfg.Keyspace.TierBlocksPrefix(ep.id, t)
+			end := []byte(keyspace.RangeEnd(prefix))
+			for {
+				resp, err := w.rangeKeys(ctx, prefix, end)
+				if err != nil {
+					return err
+				}
+				if len(resp.Kvs) == 0 {
+					break
+				}
+				b := w.b
+				b.reset(w.claimRev)
+				if resp.More {
+					w.keyBuf = append(append(w.keyBuf[:0], resp.Kvs[len(resp.Kvs)-1].Key...), 0)
+					b.del(b.key([]byte(prefix)), b.key(w.keyBuf))
+				} else {
+					b.del(b.key([]byte(prefix)), end)
+				}
+				if err := w.sendUnleased(ctx, TxnDrop); err != nil {
+					return err
+				}
+				if !resp.More {
+					break
+				}
+			}
+		}
+		if w.leases.emptiedTier(ctx, ep, t) {
+			w.win.markDirty(ep)
+		}
+	}
 	return nil
 }
 

@@ -18,6 +18,13 @@ type seqState struct {
 	incarnation string
 	lastRecord  time.Time
 	blockSize   uint32
+	// group is the KV-cache group indexed: provisional group 0 until an
+	// attention store fixes it (groupSet; DESIGN v1.1, docs/semantics.md).
+	group    int64
+	groupSet bool
+	// mediums is the fingerprint of the medium map the endpoint's keys
+	// were written under; empty for a record from before v1.1.
+	mediums string
 }
 
 // shard is one lease an (endpoint, tier)'s block keys attach to; keys is an
@@ -77,8 +84,10 @@ type endpoint struct {
 	// gone: dropped with its record (goodbye, expiry); a later record of
 	// the same endpoint starts a new state.
 	gone bool
-	// epoch voids pending ops of earlier epochs (a drop increments it).
-	epoch uint32
+	// epoch voids pending ops of earlier epochs (a drop increments it);
+	// tierEpoch does so for one tier (a tier clear increments it).
+	epoch     uint32
+	tierEpoch [tier.Count + 1]uint32
 }
 
 // leasesChanged records a change of the lease set: the next transaction
@@ -106,6 +115,11 @@ func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointR
 		Topic:       p.Topic,
 		Partition:   p.Partition,
 		Lease:       keyspace.LeaseID(e.lease),
+		MediumMap:   st.mediums,
+	}
+	if st.groupSet {
+		g := st.group
+		r.AttentionGroup = &g
 	}
 	for _, t := range tier.All {
 		if len(e.tiers[t]) == 0 {
@@ -125,10 +139,13 @@ func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointR
 
 // fromRecord loads a stored record into a fresh endpoint.
 func (e *endpoint) fromRecord(r *keyspace.EndpointRecord) {
-	st := seqState{batchTS: r.BatchTS, incarnation: r.Incarnation, lastRecord: r.LastRecord, blockSize: r.BlockSize}
+	st := seqState{batchTS: r.BatchTS, incarnation: r.Incarnation, lastRecord: r.LastRecord, blockSize: r.BlockSize, mediums: r.MediumMap}
 	if r.Seq != nil {
 		s := *r.Seq
 		st.seq = &s
+	}
+	if r.AttentionGroup != nil {
+		st.group, st.groupSet = *r.AttentionGroup, true
 	}
 	e.cur = st
 	base := st

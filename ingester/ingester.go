@@ -174,7 +174,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 		in.log.Warn("topic outage ended: no record reached the topic for longer than --outage-threshold; that time aged nobody, and every endpoint gets --outage-grace",
 			"silent_from", start, "until", end, "seconds", end.Sub(start).Seconds(), "grace", in.cfg.OutageGrace)
 	}
-	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOpts...)...)
+	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOptions...)...)
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}

@@ -306,20 +306,29 @@ func (lm *leaseManager) recount(ctx context.Context, ep *endpoint, t tier.Tier, 
 func (lm *leaseManager) emptied(ctx context.Context, ep *endpoint) bool {
 	changed := false
 	for _, t := range tier.All {
-		for i := range ep.tiers[t] {
-			ep.tiers[t][i].keys = 0
-		}
-		if n := len(ep.tiers[t]); n > 1 {
-			for _, s := range ep.tiers[t][1:] {
-				lm.revoke(ctx, s.id)
-			}
-			clear(ep.tiers[t][1:])
-			ep.tiers[t] = ep.tiers[t][:1]
-			ep.leasesChanged()
+		if lm.emptiedTier(ctx, ep, t) {
 			changed = true
 		}
 	}
 	return changed
+}
+
+// emptiedTier is emptied for one tier of ep, after a tier clear (DESIGN
+// v1.1 TierBlocksCleared) or as part of a whole drop.
+func (lm *leaseManager) emptiedTier(ctx context.Context, ep *endpoint, t tier.Tier) bool {
+	for i := range ep.tiers[t] {
+		ep.tiers[t][i].keys = 0
+	}
+	if len(ep.tiers[t]) <= 1 {
+		return false
+	}
+	for _, s := range ep.tiers[t][1:] {
+		lm.revoke(ctx, s.id)
+	}
+	clear(ep.tiers[t][1:])
+	ep.tiers[t] = ep.tiers[t][:1]
+	ep.leasesChanged()
+	return true
 }
 
 // forget revokes every lease of ep, dropped with its record: they hold no

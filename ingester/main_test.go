@@ -93,7 +93,11 @@ func start(t *testing.T, cfg Config) *running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &running{in: in, cancel: cancel, done: make(chan error, 1), assigned: assigned}
 	go func() { r.done <- in.Run(ctx) }()
-	t.Cleanup(func() { _ = r.stop() })
+	t.Cleanup(func() {
+		if err := r.stop(); err != nil {
+			t.Errorf("ingester Run: %v", err)
+		}
+	})
 	return r
 }
 

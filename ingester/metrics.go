@@ -45,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		skippedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "skipped_events_total",
 			Help: "Events skipped inside applied batches, by reason."}, []string{"reason"}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "drops_total",
-			Help: "Endpoint range drops, by reason (clear, resync, goodbye, restart, gap, incarnation, no_seq, expired, reset, stale)."}, []string{"reason"}),
+			Help: "Endpoint range drops, by reason (clear, tier_clear, resync, goodbye, restart, gap, incarnation, no_seq, expired, reset, stale, medium_map, group_change)."}, []string{"reason"}),
 		txns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txns_total",
 			Help: "Write transactions committed, by kind (blocks, commit, drop, reset)."}, []string{"kind"}),
 		txnOps: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops",

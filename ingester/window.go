@@ -26,10 +26,15 @@ type window struct {
 // dropOp is a range drop of one endpoint's blocks: every block key it has
 // in etcd, and with deleteRecord (goodbye, expiry, reset, stale) its record
 // and member key too. The endpoint's ops queued before the drop are voided
-// (its epoch moved on); those queued after it are written after it.
+// (its epoch moved on); those queued after it are written after it. A
+// drop that is not all is a tier clear (DESIGN v1.1 TierBlocksCleared): it
+// deletes the block keys of the tiers set in tiers only, and voided only
+// their ops (their tier epochs moved on).
 type dropOp struct {
 	ep           *endpoint
 	deleteRecord bool
+	all          bool
+	tiers        [tier.Count + 1]bool
 }
 
 func newWindow() *window { return &window{ops: newOpSet()} }
@@ -49,15 +54,34 @@ func (w *window) markDirty(ep *endpoint) {
 
 // drop queues a range drop of ep. A second drop of ep in one window adds
 // nothing (both delete every block key ep has when the window is written)
-// but may widen the first to deleting the record.
+// but may widen the first to deleting the record, or a tier clear to the
+// whole endpoint.
 func (w *window) drop(ep *endpoint, deleteRecord bool) {
 	for k := range w.drops {
 		if w.drops[k].ep == ep {
 			w.drops[k].deleteRecord = w.drops[k].deleteRecord || deleteRecord
+			w.drops[k].all = true
 			return
 		}
 	}
-	w.drops = append(w.drops, dropOp{ep: ep, deleteRecord: deleteRecord})
+	w.drops = append(w.drops, dropOp{ep: ep, deleteRecord: deleteRecord, all: true})
+}
+
+// dropTier queues a range drop of ep's blocks in tier t (a tier clear). It
+// joins ep's drop of the window when there is one: a drop of every tier
+// already covers t, and tier clears of one endpoint add up. Drops are
+// written before the window's ops, so the order between a window's drops
+// of one endpoint does not matter: the ops each voided are gone either way.
+func (w *window) dropTier(ep *endpoint, t tier.Tier) {
+	for k := range w.drops {
+		if w.drops[k].ep == ep {
+			w.drops[k].tiers[t] = true
+			return
+		}
+	}
+	d := dropOp{ep: ep}
+	d.tiers[t] = true
+	w.drops = append(w.drops, d)
 }
 
 // reset empties the window once it is written, keeping its memory.
@@ -81,14 +105,19 @@ type pendingOp struct {
 	opKey
 	del   bool
 	epoch uint32
+	// tierEpoch is the endpoint's epoch of the op's tier when it was
+	// queued: a tier clear voids the tier's ops only.
+	tierEpoch uint32
 	// lease is the lease a put attaches to, settled by the lease manager
 	// before the window is packed (0 until then).
 	lease clientv3.LeaseID
 }
 
-// live reports whether the op still counts: a drop of its endpoint since it
-// was queued voids it.
-func (o *pendingOp) live() bool { return o.epoch == o.ep.epoch }
+// live reports whether the op still counts: a drop of its endpoint, or a
+// clear of its tier, since it was queued voids it.
+func (o *pendingOp) live() bool {
+	return o.epoch == o.ep.epoch && o.tierEpoch == o.ep.tierEpoch[o.tier]
+}
 
 // opSet is a window's ordered set of block operations: the last put or
 // delete per key wins, in the position of the key's first op (so a record's
@@ -106,11 +135,12 @@ func (s *opSet) add(ep *endpoint, t tier.Tier, hash uint64, del bool) {
 	if i, ok := s.idx[k]; ok {
 		s.ops[i].del = del
 		s.ops[i].epoch = ep.epoch
+		s.ops[i].tierEpoch = ep.tierEpoch[t]
 		s.ops[i].lease = 0
 		return
 	}
 	s.idx[k] = int32(len(s.ops))
-	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch})
+	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch, tierEpoch: ep.tierEpoch[t]})
 }
 
 // len is the number of queued ops, voided ones included.

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -155,9 +156,13 @@ type Running struct {
 	cancel   context.CancelFunc
 	finished chan struct{}
 	err      error
+	// read is set once the test has been handed Run's error (Stop or Err),
+	// so the cleanup does not report it a second time.
+	read atomic.Bool
 }
 
-// Start runs b.Run in a goroutine. Stop ends it; t.Cleanup stops it too.
+// Start runs b.Run in a goroutine. Stop ends it; t.Cleanup stops it too
+// and fails the test with Run's error if the test never read it.
 func Start(t testing.TB, b *bridge.Bridge) *Running {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{B: b, cancel: cancel, finished: make(chan struct{})}
@@ -165,7 +170,14 @@ func Start(t testing.TB, b *bridge.Bridge) *Running {
 		defer close(r.finished)
 		r.err = b.Run(ctx)
 	}()
-	t.Cleanup(func() { r.Stop() })
+	t.Cleanup(func() {
+		unread := !r.read.Load()
+		r.cancel()
+		<-r.finished
+		if unread && r.err != nil {
+			t.Errorf("bridge Run: %v", r.err)
+		}
+	})
 	return r
 }
 
@@ -175,6 +187,7 @@ func Start(t testing.TB, b *bridge.Bridge) *Running {
 func (r *Running) Stop() error {
 	r.cancel()
 	<-r.finished
+	r.read.Store(true)
 	return r.err
 }
 
@@ -185,6 +198,7 @@ func (r *Running) Done() <-chan struct{} { return r.finished }
 // Err returns Run's error once Done is closed.
 func (r *Running) Err() error {
 	<-r.finished
+	r.read.Store(true)
 	return r.err
 }
 

@@ -42,6 +42,13 @@ type Config struct {
 	// AutoCompactionRetention, when non-zero, turns on periodic
 	// auto-compaction keeping that much history. Default off.
 	AutoCompactionRetention time.Duration
+	// TLSCertFile and TLSKeyFile, when set, serve clients over TLS: the
+	// client URL is https. Default empty: plaintext (http).
+	TLSCertFile, TLSKeyFile string
+	// TLSClientCAFile, with TLSCertFile, makes etcd require client
+	// certificates signed by that CA (etcd's --client-cert-auth and
+	// --trusted-ca-file). Default empty: no client certificate asked for.
+	TLSClientCAFile string
 	// UnsafeNoFsync skips fsync (tests and benchmarks only: a crash loses
 	// data).
 	UnsafeNoFsync bool
@@ -107,6 +114,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.Name = "kvindex"
 	ec.Dir = cfg.DataDir
 	cu := url.URL{Scheme: "http", Host: clientAddr}
+	if cfg.TLSCertFile != "" {
+		cu.Scheme = "https"
+		ec.ClientTLSInfo.CertFile, ec.ClientTLSInfo.KeyFile = cfg.TLSCertFile, cfg.TLSKeyFile
+		if cfg.TLSClientCAFile != "" {
+			ec.ClientTLSInfo.TrustedCAFile, ec.ClientTLSInfo.ClientCertAuth = cfg.TLSClientCAFile, true
+		}
+	}
 	pu := url.URL{Scheme: "http", Host: peerAddr}
 	ec.ListenClientUrls, ec.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	ec.ListenPeerUrls, ec.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
@@ -161,7 +175,8 @@ func resolve(addr string) (string, error) {
 	return net.JoinHostPort(host, strconv.Itoa(l.Addr().(*net.TCPAddr).Port)), nil
 }
 
-// ClientURL is the URL clients connect to, e.g. "http://127.0.0.1:2379".
+// ClientURL is the URL clients connect to, e.g. "http://127.0.0.1:2379"
+// ("https://..." with Config.TLSCertFile).
 func (s *Server) ClientURL() string { return s.url }
 
 // Endpoints is ClientURL as a clientv3 endpoint list.

@@ -9,29 +9,38 @@ import (
 
 	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // Decoder decodes KVEventBatch payloads. It reuses its buffers between
 // calls, so it is not safe for concurrent use: give each goroutine its own.
 type Decoder struct {
-	mediums MediumMap
+	// mediums is the MediumMap keyed by folded names.
+	mediums map[string]tier.Tier
 	payload []byte // the payload being decoded, for raw fast paths
 	rd      bytes.Reader
 	dec     *msgpack.Decoder
 	scratch []byte
 	// medium caches the last medium string so a batch of events on one
-	// medium allocates it once.
-	medium string
+	// medium allocates it once; mediumTier and mediumOK are its tier.
+	medium     string
+	mediumTier tier.Tier
+	mediumOK   bool
+	// kind caches the last kv_cache_spec_kind that is not a known constant.
+	kind string
 }
 
-// NewDecoder returns a decoder that maps mediums through mediums; nil means
-// DefaultMediums(). The map is read, never written, and must not change
-// while the decoder is in use.
+// NewDecoder returns a decoder that maps mediums through mediums,
+// case-insensitively; nil means DefaultMediums(). The decoder keeps its own
+// copy. A map that fails Validate should be refused by the caller's config
+// check; given one anyway, one of two conflicting spellings wins and a name
+// mapped to no real tier is an unknown medium.
 func NewDecoder(mediums MediumMap) *Decoder {
 	if mediums == nil {
 		mediums = DefaultMediums()
 	}
-	d := &Decoder{mediums: mediums}
+	d := &Decoder{mediums: mediums.folded()}
 	d.dec = msgpack.NewDecoder(&d.rd)
 	return d
 }
@@ -60,8 +69,11 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 	if err != nil {
 		return fmt.Errorf("empty payload: %w", err)
 	}
+	if isMap(c) {
+		return d.decodeBatchMap(b)
+	}
 	if !isArray(c) {
-		return fmt.Errorf("batch is %s, want array [ts, events, data_parallel_rank]", describe(c))
+		return fmt.Errorf("batch is %s, want array [ts, events, data_parallel_rank] or map", describe(c))
 	}
 	n, err := d.arrayLen("batch")
 	if err != nil {
@@ -70,13 +82,8 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 	if n < 2 {
 		return fmt.Errorf("batch has %d elements, want at least 2 (ts, events)", n)
 	}
-	if b.TS, err = d.float("ts"); err != nil {
+	if err := d.decodeTS(b); err != nil {
 		return err
-	}
-	if math.IsNaN(b.TS) || math.IsInf(b.TS, 0) {
-		// Stored in the endpoint record and compared for sequence
-		// decisions: only a real time is meaningful.
-		return fmt.Errorf("ts is %v, want a finite number", b.TS)
 	}
 	if err := d.decodeEvents(b); err != nil {
 		return err
@@ -91,6 +98,105 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// decodeBatchMap decodes a batch sent as a map (engines whose batch struct
+// is not msgspec array_like, such as vLLM's newest EventBatch): "ts" and
+// "events" are required, "data_parallel_rank" is optional (omitted when
+// nil), keys come in any order, and other keys, string or not, are ignored
+// like unknown event fields. A repeated known key is malformed: which copy
+// the engine meant is not knowable.
+func (d *Decoder) decodeBatchMap(b *Batch) error {
+	n, err := d.dec.DecodeMapLen()
+	if err != nil {
+		return fmt.Errorf("batch map: %w", err)
+	}
+	if 2*n > d.rd.Len() {
+		return fmt.Errorf("batch map claims %d entries but only %d bytes remain", n, d.rd.Len())
+	}
+	var sawTS, sawEvents, sawRank bool
+	for j := 0; j < n; j++ {
+		c, err := d.dec.PeekCode()
+		if err != nil {
+			return fmt.Errorf("batch map key: %w", err)
+		}
+		name := ""
+		if isStr(c) {
+			key, err := d.str("batch map key")
+			if err != nil {
+				return err
+			}
+			name = batchKey(key)
+		} else if err := d.skip("batch map key"); err != nil {
+			return err
+		}
+		var seen *bool
+		switch name {
+		case "ts":
+			seen = &sawTS
+		case "events":
+			seen = &sawEvents
+		case "data_parallel_rank":
+			seen = &sawRank
+		default:
+			if err := d.skip("ignored batch field"); err != nil {
+				return err
+			}
+			continue
+		}
+		if *seen {
+			return fmt.Errorf("batch map repeats %q", name)
+		}
+		*seen = true
+		switch name {
+		case "ts":
+			err = d.decodeTS(b)
+		case "events":
+			err = d.decodeEvents(b)
+		default:
+			err = d.decodeRank(b)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	switch {
+	case !sawTS:
+		return fmt.Errorf(`batch map has no "ts"`)
+	case !sawEvents:
+		return fmt.Errorf(`batch map has no "events"`)
+	}
+	return nil
+}
+
+// batchKey returns the constant name of a batch map key this decoder
+// reads, or "" for one it ignores; like fieldName it neither allocates nor
+// retains key.
+func batchKey(key []byte) string {
+	switch string(key) {
+	case "ts":
+		return "ts"
+	case "events":
+		return "events"
+	case "data_parallel_rank":
+		return "data_parallel_rank"
+	}
+	return ""
+}
+
+// decodeTS decodes the batch timestamp, which must be finite: it is stored
+// in the endpoint record and compared for sequence decisions, so only a
+// real time is meaningful.
+func (d *Decoder) decodeTS(b *Batch) error {
+	ts, err := d.float("ts")
+	if err != nil {
+		return err
+	}
+	if math.IsNaN(ts) || math.IsInf(ts, 0) {
+		return fmt.Errorf("ts is %v, want a finite number", ts)
+	}
+	b.TS = ts
 	return nil
 }
 
@@ -172,8 +278,9 @@ func (s *eventState) fail(format string, args ...any) {
 // Field positions after the tag in the tagged-array encoding (msgspec
 // array_like structs, in vLLM's declaration order).
 var (
-	storedFields  = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
-	removedFields = []string{"block_hashes", "medium", "group_idx"}
+	storedFields      = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
+	removedFields     = []string{"block_hashes", "medium", "group_idx"}
+	tierClearedFields = []string{"medium"}
 )
 
 func (d *Decoder) decodeEvent(i int) (Event, *Skip, error) {
@@ -217,6 +324,8 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 		fields = storedFields
 	case BlockRemoved:
 		fields = removedFields
+	case TierBlocksCleared:
+		fields = tierClearedFields
 	}
 	for j := 1; j < n; j++ {
 		name := ""
@@ -297,6 +406,8 @@ func fieldName(key []byte) string {
 		return "lora_name"
 	case "group_idx":
 		return "group_idx"
+	case "kv_cache_spec_kind":
+		return "kv_cache_spec_kind"
 	}
 	return ""
 }
@@ -353,12 +464,16 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		}
 		return err
 	case "medium":
-		m, err := d.optStr(s, name)
+		m, err := d.optStr(s, name, &d.medium)
 		s.ev.Medium = m
 		return err
 	case "lora_name":
-		m, err := d.optStr(s, name)
+		m, err := d.optStr(s, name, &d.medium)
 		s.ev.LoraName = m
+		return err
+	case "kv_cache_spec_kind":
+		k, err := d.optStr(s, name, &d.kind)
+		s.ev.KVCacheSpecKind = k
 		return err
 	case "group_idx":
 		c, err := d.dec.PeekCode()
@@ -376,8 +491,8 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		if !neg && u > math.MaxInt64 {
-			s.fail("field %s %d is out of range", name, u)
+		if neg || u > math.MaxInt64 {
+			s.fail("field %s %d is out of range [0, %d]", name, int64(u), int64(math.MaxInt64))
 		}
 		s.ev.GroupIdx = int64(u)
 		return nil
@@ -396,25 +511,44 @@ func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
 	case !s.known:
 		return skip(SkipUnknownType, "unknown event type %q", s.tag)
 	}
-	if s.ev.Type == AllBlocksCleared {
+	switch s.ev.Type {
+	case AllBlocksCleared:
 		return Event{Type: AllBlocksCleared, Index: s.ev.Index}, nil, nil
+	case TierBlocksCleared:
+		t, ok := d.tierOf(s.ev.Medium)
+		if !ok {
+			return skip(SkipUnknownMedium, "medium %q maps to no tier", s.ev.Medium)
+		}
+		return Event{Type: TierBlocksCleared, Index: s.ev.Index, Medium: s.ev.Medium, Tier: t}, nil, nil
 	}
 	if !s.hasHashes {
 		return skip(SkipInvalid, "missing field block_hashes")
 	}
-	if s.ev.GroupIdx != 0 {
-		return skip(SkipOtherGroup, "group_idx %d: only KV-cache group 0 is indexed", s.ev.GroupIdx)
-	}
-	t, ok := d.mediums[s.ev.Medium]
-	if !ok || !t.Valid() {
+	t, ok := d.tierOf(s.ev.Medium)
+	if !ok {
 		return skip(SkipUnknownMedium, "medium %q maps to no tier", s.ev.Medium)
 	}
 	s.ev.Tier = t
 	if s.ev.Type == BlockRemoved {
-		// Only the hashes, medium and tier belong to a removal.
-		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName = 0, false, nil, 0, ""
+		// Only the hashes, medium, tier and group belong to a removal.
+		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName, s.ev.KVCacheSpecKind = 0, false, nil, 0, "", ""
 	}
 	return s.ev, nil, nil
+}
+
+// tierOf maps a medium to its tier, case-insensitively. The answer for the
+// last medium is cached: a batch's events are nearly always on one or two
+// mediums, and a lower-case name costs an allocation to fold.
+func (d *Decoder) tierOf(medium string) (tier.Tier, bool) {
+	if medium == d.medium && d.mediumOK {
+		return d.mediumTier, true
+	}
+	t, ok := d.mediums[foldMedium(medium)]
+	ok = ok && t.Valid()
+	if medium == d.medium {
+		d.mediumTier, d.mediumOK = t, ok
+	}
+	return t, ok
 }
 
 // hashes decodes a list of block hashes. A nil or mistyped list, or a bad
@@ -629,8 +763,10 @@ func (d *Decoder) optUint(s *eventState, name string, limit uint64) (uint64, boo
 	return u, true, nil
 }
 
-// optStr decodes a nil-able string; nil decodes as "".
-func (d *Decoder) optStr(s *eventState, name string) (string, error) {
+// optStr decodes a nil-able string; nil decodes as "". cache holds the last
+// string decoded through it, returned instead of a new allocation when the
+// bytes are equal.
+func (d *Decoder) optStr(s *eventState, name string, cache *string) (string, error) {
 	c, err := d.dec.PeekCode()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
@@ -646,11 +782,19 @@ func (d *Decoder) optStr(s *eventState, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if string(b) == d.medium {
-		return d.medium, nil
+	switch string(b) {
+	case *cache:
+		return *cache, nil
+	case KindFullAttention:
+		return KindFullAttention, nil
+	case KindMLAAttention:
+		return KindMLAAttention, nil
 	}
-	d.medium = string(b)
-	return d.medium, nil
+	if cache == &d.medium {
+		d.mediumOK = false
+	}
+	*cache = string(b)
+	return *cache, nil
 }
 
 // integer decodes any msgpack integer. Negative values come back as their
@@ -716,6 +860,9 @@ func (d *Decoder) str(name string) ([]byte, error) { return d.readBytes(name) }
 func (d *Decoder) bin(name string) ([]byte, error) { return d.readBytes(name) }
 
 func (d *Decoder) readBytes(name string) ([]byte, error) {
+	if b, ok := d.rawBytes(); ok {
+		return b, nil
+	}
 	n, err := d.dec.DecodeBytesLen()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
@@ -734,6 +881,39 @@ func (d *Decoder) readBytes(name string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return b, nil
+}
+
+// rawBytes is readBytes' fast path for the short strings and byte strings
+// events are made of (field names, type tags, mediums, 32-byte digests): a
+// fixstr, str8 or bin8 whose bytes are all in the payload is sliced
+// straight out of it, without the msgpack decoder or a copy. The result
+// aliases the payload, which outlives every caller's use of it (each
+// copies what it keeps). Anything else, a truncated value included, is
+// left to the slow path, which reports it.
+func (d *Decoder) rawBytes() ([]byte, bool) {
+	rest := d.payload[len(d.payload)-d.rd.Len():]
+	if len(rest) == 0 {
+		return nil, false
+	}
+	var n, hdr int
+	switch c := rest[0]; {
+	case msgpcode.IsFixedString(c):
+		n, hdr = int(c&msgpcode.FixedStrMask), 1
+	case c == msgpcode.Str8 || c == msgpcode.Bin8:
+		if len(rest) < 2 {
+			return nil, false
+		}
+		n, hdr = int(rest[1]), 2
+	default:
+		return nil, false
+	}
+	if hdr+n > len(rest) {
+		return nil, false
+	}
+	if _, err := d.rd.Seek(int64(hdr+n), io.SeekCurrent); err != nil {
+		return nil, false
+	}
+	return rest[hdr : hdr+n], true
 }
 
 // skip skips one value of any type, bounding container headers by the

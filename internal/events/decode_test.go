@@ -157,7 +157,7 @@ func TestFixtureSpecialPayloads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU}}
+		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU, KVCacheSpecKind: KindFullAttention}}
 		if diff := cmp.Diff(want, b.Events, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".TokenIDs" }, cmp.Ignore())); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}
@@ -274,7 +274,7 @@ func TestDecodeShapes(t *testing.T) {
 		{
 			name:   "signed_and_byte_hashes",
 			batch:  []any{1.0, []any{[]any{"BlockRemoved", []any{int64(-1), digest(0x0102030405060708)}, "CPU_TIER2"}}},
-			events: []Event{{Type: BlockRemoved, BlockHashes: []uint64{0xffffffffffffffff, 0x0102030405060708}, Medium: "CPU_TIER2", Tier: tier.CPU}},
+			events: []Event{{Type: BlockRemoved, BlockHashes: []uint64{0xffffffffffffffff, 0x0102030405060708}, Medium: "CPU_TIER2", Tier: tier.Disk}},
 			ts:     1,
 		},
 		{
@@ -291,9 +291,9 @@ func TestDecodeShapes(t *testing.T) {
 		},
 		{
 			name:    "skips_are_per_event",
-			batch:   []any{1.0, []any{stored(map[string]any{"medium": "HBM"}), stored(map[string]any{"group_idx": 1}), stored(map[string]any{"block_hashes": "nope"}), []any{"BlockMoved", 1}, "not an event", stored(map[string]any{"block_size": -1}), map[string]any{"block_hashes": []any{1}}, stored(nil)}},
+			batch:   []any{1.0, []any{stored(map[string]any{"medium": "HBM"}), stored(map[string]any{"group_idx": -1}), stored(map[string]any{"block_hashes": "nope"}), []any{"BlockMoved", 1}, "not an event", stored(map[string]any{"block_size": -1}), map[string]any{"block_hashes": []any{1}}, stored(nil), map[string]any{"type": "TierBlocksCleared", "medium": "HBM"}, []any{"TierBlocksCleared", 7}}},
 			events:  []Event{{Type: BlockStored, Index: 7, BlockHashes: []uint64{1, 2}, TokenIDs: []int64{1, 2}, BlockSize: 1, Medium: "GPU", Tier: tier.GPU}},
-			skipped: []SkipReason{SkipUnknownMedium, SkipOtherGroup, SkipInvalid, SkipUnknownType, SkipInvalid, SkipInvalid, SkipInvalid},
+			skipped: []SkipReason{SkipUnknownMedium, SkipInvalid, SkipInvalid, SkipUnknownType, SkipInvalid, SkipInvalid, SkipInvalid, SkipUnknownMedium, SkipInvalid},
 			ts:      1,
 		},
 		{
@@ -344,7 +344,13 @@ func TestDecodeErrors(t *testing.T) {
 		want    string
 	}{
 		{name: "empty", payload: nil, want: "empty payload"},
-		{name: "not_array", payload: encode(t, map[string]any{"a": 1}), want: "batch is map"},
+		{name: "not_array_or_map", payload: encode(t, "batch"), want: "batch is string"},
+		{name: "map_without_ts", payload: encode(t, map[string]any{"events": []any{}, "a": 1}), want: `batch map has no "ts"`},
+		{name: "map_without_events", payload: encode(t, map[string]any{"ts": 1.0}), want: `batch map has no "events"`},
+		{name: "map_ts_nan", payload: encode(t, map[string]any{"ts": math.NaN(), "events": []any{}}), want: "want a finite number"},
+		{name: "map_rank_string", payload: encode(t, map[string]any{"ts": 1.0, "events": []any{}, "data_parallel_rank": "1"}), want: "data_parallel_rank is string"},
+		{name: "map_repeated_key", payload: []byte{0x83, 0xa2, 't', 's', 0x01, 0xa6, 'e', 'v', 'e', 'n', 't', 's', 0x90, 0xa2, 't', 's', 0x02}, want: `batch map repeats "ts"`},
+		{name: "huge_batch_map_header", payload: []byte{0xdf, 0xff, 0xff, 0xff, 0xff}, want: "claims 4294967295 entries"},
 		{name: "one_element", payload: encode(t, []any{1.0}), want: "at least 2"},
 		{name: "ts_string", payload: encode(t, []any{"x", []any{}}), want: "ts is string"},
 		{name: "events_not_array", payload: encode(t, []any{1.0, 5}), want: "events is int"},
@@ -381,7 +387,7 @@ func repeat(b byte, n int) []byte {
 func TestCustomMediums(t *testing.T) {
 	m := DefaultMediums()
 	m["HBM"] = tier.GPU
-	delete(m, "Disk")
+	delete(m, "DISK")
 	dec := NewDecoder(m)
 	b, err := dec.Decode(encode(t, []any{1.0, []any{[]any{"BlockRemoved", []any{1}, "HBM"}, []any{"BlockRemoved", []any{1}, "Disk"}}}))
 	if err != nil {
@@ -451,5 +457,163 @@ func TestTwoTypeFields(t *testing.T) {
 	}
 	if len(b.Events) != 0 || len(b.Skipped) != 1 || b.Skipped[0].Reason != SkipInvalid || !strings.Contains(b.Skipped[0].Detail, "more than one") {
 		t.Fatalf("events %+v, skipped %+v; want one invalid event", b.Events, b.Skipped)
+	}
+}
+
+// TestDecodeV11Shapes covers what DESIGN v1.1 added to the wire format:
+// batches as maps (rank present, omitted or nil, keys in any order,
+// unknown keys of any type ignored), TierBlocksCleared in both encodings,
+// and stores and removals of every KV-cache group with their spec kinds.
+func TestDecodeV11Shapes(t *testing.T) {
+	store := func(h uint64, group any, kind any) map[string]any {
+		return map[string]any{"type": "BlockStored", "block_hashes": []any{h}, "parent_block_hash": nil, "token_ids": []int{1}, "block_size": 1, "medium": "GPU", "group_idx": group, "kv_cache_spec_kind": kind}
+	}
+	stored := func(idx int, h uint64, group int64, kind string) Event {
+		return Event{Type: BlockStored, Index: idx, BlockHashes: []uint64{h}, TokenIDs: []int64{1}, BlockSize: 1, Medium: "GPU", Tier: tier.GPU, GroupIdx: group, KVCacheSpecKind: kind}
+	}
+	// rawMap writes a map with its keys in the given order (msgpack.Marshal
+	// of a Go map would pick its own).
+	rawMap := func(t *testing.T, kv ...any) []byte {
+		t.Helper()
+		out := []byte{0x80 | byte(len(kv)/2)}
+		for _, x := range kv {
+			out = append(out, encode(t, x)...)
+		}
+		return out
+	}
+	tests := []struct {
+		name    string
+		payload func(t *testing.T) []byte
+		events  []Event
+		skipped []SkipReason
+		ts      float64
+		rank    uint32
+		hasRank bool
+	}{
+		{
+			name: "map_batch_with_rank",
+			payload: func(t *testing.T) []byte {
+				return rawMap(t, "ts", 1.5, "events", []any{store(1, 0, "full_attention")}, "data_parallel_rank", 2)
+			},
+			events: []Event{stored(0, 1, 0, "full_attention")},
+			ts:     1.5, rank: 2, hasRank: true,
+		},
+		{
+			name:    "map_batch_rank_omitted",
+			payload: func(t *testing.T) []byte { return rawMap(t, "ts", 2.5, "events", []any{store(1, nil, nil)}) },
+			events:  []Event{stored(0, 1, 0, "")},
+			ts:      2.5,
+		},
+		{
+			name:    "map_batch_rank_nil",
+			payload: func(t *testing.T) []byte { return rawMap(t, "ts", 3.0, "events", []any{}, "data_parallel_rank", nil) },
+			events:  []Event{},
+			ts:      3,
+		},
+		{
+			name: "map_batch_keys_reversed",
+			payload: func(t *testing.T) []byte {
+				return rawMap(t, "data_parallel_rank", 7, "events", []any{[]any{"AllBlocksCleared"}}, "ts", float32(4.5))
+			},
+			events: []Event{{Type: AllBlocksCleared}},
+			ts:     4.5, rank: 7, hasRank: true,
+		},
+		{
+			name: "map_batch_unknown_keys_ignored",
+			payload: func(t *testing.T) []byte {
+				return rawMap(t, "schema", "v2", "ts", 5.0, 17, []any{1, 2}, "events", []any{store(9, 0, nil)}, "extra", map[string]any{"a": []any{nil}}, "data_parallel_rank", 0)
+			},
+			events: []Event{stored(0, 9, 0, "")},
+			ts:     5, hasRank: true,
+		},
+		{
+			name: "tier_clears_both_encodings",
+			payload: func(t *testing.T) []byte {
+				return encode(t, []any{6.0, []any{
+					map[string]any{"type": "TierBlocksCleared", "medium": "GPU"},
+					[]any{"TierBlocksCleared", "cpu_tier2"},
+					map[string]any{"type": "TierBlocksCleared", "medium": nil, "ownership": "kvcr"},
+					[]any{"TierBlocksCleared"},
+					[]any{"TierBlocksCleared", "CPU", "future"},
+					map[string]any{"type": "TierBlocksCleared", "medium": "HBM"},
+				}})
+			},
+			events: []Event{
+				{Type: TierBlocksCleared, Medium: "GPU", Tier: tier.GPU},
+				{Type: TierBlocksCleared, Index: 1, Medium: "cpu_tier2", Tier: tier.Disk},
+				{Type: TierBlocksCleared, Index: 2, Tier: tier.GPU},
+				{Type: TierBlocksCleared, Index: 3, Tier: tier.GPU},
+				{Type: TierBlocksCleared, Index: 4, Medium: "CPU", Tier: tier.CPU},
+			},
+			skipped: []SkipReason{SkipUnknownMedium},
+			ts:      6,
+		},
+		{
+			name: "hybrid_groups_kept_with_kinds",
+			payload: func(t *testing.T) []byte {
+				return encode(t, []any{7.0, []any{
+					store(1, 0, "mamba"), store(2, 1, "mamba"), store(3, 3, "mla_attention"),
+					[]any{"BlockStored", []any{4}, nil, []any{1}, 1, nil, "GPU", nil, []any{nil}, 2, "sliding_window", 128},
+					map[string]any{"type": "BlockRemoved", "block_hashes": []any{3}, "group_idx": 3},
+					[]any{"BlockRemoved", []any{2}, nil, 1},
+				}})
+			},
+			events: []Event{
+				stored(0, 1, 0, "mamba"), stored(1, 2, 1, "mamba"), stored(2, 3, 3, "mla_attention"), stored(3, 4, 2, "sliding_window"),
+				{Type: BlockRemoved, Index: 4, BlockHashes: []uint64{3}, Tier: tier.GPU, GroupIdx: 3},
+				{Type: BlockRemoved, Index: 5, BlockHashes: []uint64{2}, Tier: tier.GPU, GroupIdx: 1},
+			},
+			ts: 7,
+		},
+		{
+			name: "bad_group_and_kind_are_invalid",
+			payload: func(t *testing.T) []byte {
+				return encode(t, []any{8.0, []any{store(1, -2, nil), store(1, "0", nil), store(1, 0, 5)}})
+			},
+			events:  []Event{},
+			skipped: []SkipReason{SkipInvalid, SkipInvalid, SkipInvalid},
+			ts:      8,
+		},
+	}
+	dec := NewDecoder(nil)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := dec.Decode(tc.payload(t))
+			if err != nil {
+				t.Fatalf("Decode: %v", err)
+			}
+			if diff := cmp.Diff(tc.events, b.Events); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			var reasons []SkipReason
+			for _, s := range b.Skipped {
+				reasons = append(reasons, s.Reason)
+			}
+			if diff := cmp.Diff(tc.skipped, reasons); diff != "" {
+				t.Errorf("skip reasons (-want +got):\n%s\n%v", diff, b.Skipped)
+			}
+			if b.TS != tc.ts || b.Rank != tc.rank || b.HasRank != tc.hasRank {
+				t.Errorf("ts, rank, hasRank = %v, %v, %v; want %v, %v, %v", b.TS, b.Rank, b.HasRank, tc.ts, tc.rank, tc.hasRank)
+			}
+		})
+	}
+}
+
+func TestAttention(t *testing.T) {
+	for _, tc := range []struct {
+		ev   Event
+		want bool
+	}{
+		{Event{Type: BlockStored, KVCacheSpecKind: "full_attention"}, true},
+		{Event{Type: BlockStored, KVCacheSpecKind: "mla_attention"}, true},
+		{Event{Type: BlockStored, KVCacheSpecKind: "Full_Attention"}, false},
+		{Event{Type: BlockStored, KVCacheSpecKind: "sliding_window"}, false},
+		{Event{Type: BlockStored, KVCacheSpecKind: "mamba"}, false},
+		{Event{Type: BlockStored}, false},
+		{Event{Type: BlockRemoved, KVCacheSpecKind: "full_attention"}, false},
+	} {
+		if got := tc.ev.Attention(); got != tc.want {
+			t.Errorf("%v kind %q: Attention() = %v, want %v", tc.ev.Type, tc.ev.KVCacheSpecKind, got, tc.want)
+		}
 	}
 }

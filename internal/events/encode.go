@@ -53,10 +53,16 @@ type EncodeOptions struct {
 	// Hashes is the form of every block hash. Default (zero) HashUint64.
 	Hashes HashForm
 	// KVCacheSpecKind, when non-empty, is written as the kv_cache_spec_kind
-	// field of every BlockStored (after group_idx; newer vLLM sends
-	// "full_attention" for plain models). Default "": the field is left
-	// out, as older engines do. The decoder ignores the field either way.
+	// field of every BlockStored whose own Event.KVCacheSpecKind is empty
+	// (after group_idx; newer vLLM sends "full_attention" for plain
+	// models). Default "": such stores leave the field out, as older
+	// engines do.
 	KVCacheSpecKind string
+	// BatchMap writes the batch as a map {"ts", "events",
+	// "data_parallel_rank"} with the rank left out when !HasRank, as
+	// vLLM's newest EventBatch (not array_like) is sent. Default false:
+	// the array [ts, events, data_parallel_rank].
+	BatchMap bool
 }
 
 // Encode writes b as a vLLM KVEventBatch payload, the inverse of Decode:
@@ -70,7 +76,8 @@ func Encode(b Batch, enc Encoding) ([]byte, error) {
 }
 
 // EncodeWith writes b as Encode does, in the wire details opts selects.
-// Event.Index and Event.Tier are not encoded; token_ids is always an array
+// Event.Index and Event.Tier are not encoded (a TierBlocksCleared carries
+// its Medium); token_ids is always an array
 // (empty for an offload placeholder), lora_id always nil, extra_keys one
 // nil per block. It fails, wrapping no sentinel, for an unknown Encoding or
 // HashForm and for an event of an unknown Type.
@@ -96,19 +103,53 @@ type writer struct {
 }
 
 func (w *writer) batch(b Batch) error {
+	events := func() error {
+		if err := w.EncodeArrayLen(len(b.Events)); err != nil {
+			return err
+		}
+		for i := range b.Events {
+			if err := w.event(i, &b.Events[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if w.opts.BatchMap {
+		n := 2
+		if b.HasRank {
+			n = 3
+		}
+		if err := w.EncodeMapLen(n); err != nil {
+			return err
+		}
+		if err := w.EncodeString("ts"); err != nil {
+			return err
+		}
+		if err := w.EncodeFloat64(b.TS); err != nil {
+			return err
+		}
+		if err := w.EncodeString("events"); err != nil {
+			return err
+		}
+		if err := events(); err != nil {
+			return err
+		}
+		if !b.HasRank {
+			return nil
+		}
+		if err := w.EncodeString("data_parallel_rank"); err != nil {
+			return err
+		}
+		return w.EncodeUint(uint64(b.Rank))
+	}
 	if err := w.EncodeArrayLen(3); err != nil {
 		return err
 	}
 	if err := w.EncodeFloat64(b.TS); err != nil {
 		return err
 	}
-	if err := w.EncodeArrayLen(len(b.Events)); err != nil {
+	if err := events(); err != nil {
 		return err
-	}
-	for i := range b.Events {
-		if err := w.event(i, &b.Events[i]); err != nil {
-			return err
-		}
 	}
 	if !b.HasRank {
 		return w.EncodeNil()
@@ -164,7 +205,11 @@ func (w *writer) event(i int, ev *Event) error {
 			}},
 			{"group_idx", group},
 		}
-		if kind := w.opts.KVCacheSpecKind; kind != "" {
+		kind := ev.KVCacheSpecKind
+		if kind == "" {
+			kind = w.opts.KVCacheSpecKind
+		}
+		if kind != "" {
 			fields = append(fields, field{"kv_cache_spec_kind", func() error { return w.EncodeString(kind) }})
 		}
 	case BlockRemoved:
@@ -173,6 +218,8 @@ func (w *writer) event(i int, ev *Event) error {
 			{"medium", func() error { return w.optString(ev.Medium) }},
 			{"group_idx", group},
 		}
+	case TierBlocksCleared:
+		fields = []field{{"medium", func() error { return w.optString(ev.Medium) }}}
 	case AllBlocksCleared:
 	default:
 		return fmt.Errorf("event %d: unknown type %v", i, ev.Type)

@@ -13,8 +13,9 @@ import (
 
 // roundTripBatch has every event type, hashes with and without the top
 // bit set (the signed form is negative for those), a parent, tokens, an
-// offload placeholder (no tokens, block size 0) and every field Encode
-// writes.
+// offload placeholder (no tokens, block size 0), stores and removals of
+// other KV-cache groups, a store with its own kv_cache_spec_kind, tier
+// clears with and without a medium, and every field Encode writes.
 var roundTripBatch = Batch{
 	TS:      1733000000.25,
 	Rank:    2,
@@ -25,7 +26,26 @@ var roundTripBatch = Batch{
 		{Type: BlockRemoved, Index: 2, BlockHashes: []uint64{1, 1 << 63}, Medium: "Disk", Tier: tier.Disk},
 		{Type: AllBlocksCleared, Index: 3},
 		{Type: BlockStored, Index: 4, BlockHashes: []uint64{}, Tier: tier.GPU},
+		{Type: BlockStored, Index: 5, BlockHashes: []uint64{4}, Medium: "GPU", Tier: tier.GPU, GroupIdx: 3, KVCacheSpecKind: "mla_attention"},
+		{Type: BlockRemoved, Index: 6, BlockHashes: []uint64{4}, Medium: "cpu_tier2", Tier: tier.Disk, GroupIdx: 2},
+		{Type: TierBlocksCleared, Index: 7, Tier: tier.GPU},
+		{Type: TierBlocksCleared, Index: 8, Medium: "CPU_PINNED", Tier: tier.CPU},
 	},
+}
+
+// withKind returns b with kind set on every BlockStored that has none: what
+// EncodeOptions.KVCacheSpecKind writes and the decoder reads back.
+func withKind(b Batch, kind string) Batch {
+	if kind == "" {
+		return b
+	}
+	b.Events = append([]Event(nil), b.Events...)
+	for i := range b.Events {
+		if b.Events[i].Type == BlockStored && b.Events[i].KVCacheSpecKind == "" {
+			b.Events[i].KVCacheSpecKind = kind
+		}
+	}
+	return b
 }
 
 // TestEncodeRoundTrip encodes a batch with every combination of options
@@ -41,29 +61,35 @@ func TestEncodeRoundTrip(t *testing.T) {
 			h    HashForm
 		}{{"uint64", HashUint64}, {"int64", HashInt64}, {"digest", HashDigest}} {
 			for _, kind := range []string{"", "full_attention"} {
-				opts := EncodeOptions{Encoding: enc.e, Hashes: hf.h, KVCacheSpecKind: kind}
-				name := fmt.Sprintf("%s_%s_hashes", enc.name, hf.name)
-				if kind != "" {
-					name += "_with_spec_kind"
-				}
-				t.Run(name, func(t *testing.T) {
-					for _, b := range []Batch{roundTripBatch, {TS: 1.5}, {TS: 2, Events: []Event{{Type: AllBlocksCleared}}}} {
-						payload, err := EncodeWith(b, opts)
-						if err != nil {
-							t.Fatal(err)
-						}
-						got, err := NewDecoder(nil).Decode(payload)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if b.Events == nil {
-							b.Events = []Event{}
-						}
-						if diff := cmp.Diff(b, got); diff != "" {
-							t.Fatalf("round trip (-want +got):\n%s", diff)
-						}
+				for _, batchMap := range []bool{false, true} {
+					opts := EncodeOptions{Encoding: enc.e, Hashes: hf.h, KVCacheSpecKind: kind, BatchMap: batchMap}
+					name := fmt.Sprintf("%s_%s_hashes", enc.name, hf.name)
+					if kind != "" {
+						name += "_with_spec_kind"
 					}
-				})
+					if batchMap {
+						name += "_map_batch"
+					}
+					t.Run(name, func(t *testing.T) {
+						for _, b := range []Batch{roundTripBatch, {TS: 1.5}, {TS: 2, Events: []Event{{Type: AllBlocksCleared}}}} {
+							payload, err := EncodeWith(b, opts)
+							if err != nil {
+								t.Fatal(err)
+							}
+							got, err := NewDecoder(nil).Decode(payload)
+							if err != nil {
+								t.Fatal(err)
+							}
+							want := withKind(b, kind)
+							if want.Events == nil {
+								want.Events = []Event{}
+							}
+							if diff := cmp.Diff(want, got); diff != "" {
+								t.Fatalf("round trip (-want +got):\n%s", diff)
+							}
+						}
+					})
+				}
 			}
 		}
 	}

@@ -17,6 +17,10 @@ const (
 	BlockRemoved
 	// AllBlocksCleared: the endpoint dropped every block in every tier.
 	AllBlocksCleared
+	// TierBlocksCleared: the endpoint dropped every block of one tier, the
+	// one its medium maps to (DESIGN v1.1; vLLM's GPU-only prefix-cache
+	// reset). A nil medium means the GPU.
+	TierBlocksCleared
 )
 
 // String returns the wire tag of the type ("BlockStored", ...).
@@ -28,6 +32,8 @@ func (t Type) String() string {
 		return "BlockRemoved"
 	case AllBlocksCleared:
 		return "AllBlocksCleared"
+	case TierBlocksCleared:
+		return "TierBlocksCleared"
 	}
 	return fmt.Sprintf("Type(%d)", uint8(t))
 }
@@ -41,6 +47,8 @@ func parseType(tag []byte) (Type, bool) {
 		return BlockRemoved, true
 	case "AllBlocksCleared":
 		return AllBlocksCleared, true
+	case "TierBlocksCleared":
+		return TierBlocksCleared, true
 	}
 	return 0, false
 }
@@ -71,13 +79,35 @@ type Event struct {
 	BlockSize uint32
 	// Medium is the engine's medium string as sent; empty when nil.
 	Medium string
-	// Tier is Medium mapped through the decoder's MediumMap (BlockStored,
-	// BlockRemoved).
+	// Tier is Medium mapped through the decoder's MediumMap, matched
+	// case-insensitively (BlockStored, BlockRemoved, TierBlocksCleared).
 	Tier tier.Tier
 	// LoraName is the adapter name of the stored blocks, when any.
 	LoraName string
-	// GroupIdx is the KV-cache group (hybrid models); nil decodes as 0.
+	// GroupIdx is the KV-cache group (hybrid models: mamba, sliding-window
+	// and attention groups in one engine) of a BlockStored or BlockRemoved;
+	// nil decodes as 0. The decoder keeps every group: which one an
+	// endpoint indexes is the ingester's decision (DESIGN v1.1 "Event wire
+	// format", docs/semantics.md).
 	GroupIdx int64
+	// KVCacheSpecKind is a BlockStored's kv_cache_spec_kind as sent
+	// ("full_attention", "mla_attention", "sliding_window", "mamba", ...);
+	// empty when nil or absent.
+	KVCacheSpecKind string
+}
+
+// The kv_cache_spec_kind values that mark an attention group, the one group
+// an endpoint indexes (DESIGN v1.1).
+const (
+	KindFullAttention = "full_attention"
+	KindMLAAttention  = "mla_attention"
+)
+
+// Attention reports whether ev is a BlockStored whose kv_cache_spec_kind is
+// exactly "full_attention" or "mla_attention": a store that fixes its
+// endpoint's indexed group. A nil kind, or any other, is not attention.
+func (ev *Event) Attention() bool {
+	return ev.Type == BlockStored && (ev.KVCacheSpecKind == KindFullAttention || ev.KVCacheSpecKind == KindMLAAttention)
 }
 
 // SkipReason says why an event was left out of a batch.
@@ -92,8 +122,10 @@ const (
 	SkipInvalid
 	// SkipUnknownMedium: a medium the MediumMap does not map to a tier.
 	SkipUnknownMedium
-	// SkipOtherGroup: a KV-cache group other than 0; v1 indexes group 0
-	// only (DESIGN "Event wire format").
+	// SkipOtherGroup: a BlockStored or BlockRemoved of a KV-cache group
+	// other than the one its endpoint indexes. The decoder never reports
+	// it (it cannot know the endpoint's group); the ingester and the
+	// reference model count it under this reason's label.
 	SkipOtherGroup
 )
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/bench/paired"
@@ -115,4 +116,79 @@ func BenchmarkApplyEndpointRecord(b *testing.B) {
 		b.Fatalf("%d of %d records valid JSON", valid, tm.Units)
 	}
 	tm.Report(b, "record", "valid")
+}
+
+// BenchmarkLookupTokens measures a token Lookup (LookupTokens: keying the
+// prompt with client.AppendTokenKeys at the endpoints' block size, then
+// the probe) against the reference measured in the same loop: Lookup of
+// the same prompt's keys computed beforehand, as a router that hashes
+// locally sends them. The difference is the keying. The prompt has 512
+// blocks of 16 tokens (8,192 tokens); "one_endpoint": one endpoint in
+// token mode holds all of it; "64_endpoints": 64 hold prefixes of 0 to
+// 504 blocks. Metrics: ns/block (per prompt block), hashes-ns/block,
+// x-hashes.
+func BenchmarkLookupTokens(b *testing.B) {
+	for _, tc := range []struct {
+		name      string
+		endpoints int
+		held      func(e int) int // blocks endpoint e holds
+		want      int             // endpoints matched
+	}{
+		{"one_endpoint", 1, func(int) int { return 512 }, 1},
+		{"64_endpoints", 64, func(e int) int { return (e * 8) % 512 }, 63},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			benchLookupTokens(b, tc.endpoints, tc.held, tc.want)
+		})
+	}
+}
+
+func benchLookupTokens(b *testing.B, endpoints int, held func(int) int, want int) {
+	ks := keyspace.Default()
+	const (
+		model     = "meta-llama/Llama-3.1-8B-Instruct"
+		blockSize = 16
+		blocks    = 512
+	)
+	toks := make([]uint32, blockSize*blocks)
+	for i := range toks {
+		toks[i] = uint32(i*2654435761) % 152000
+	}
+	p := client.TokenPrompt{TokenIDs: toks}
+	keys := client.TokenKeys(p, blockSize)
+	ix := index.New(ks)
+	rec, err := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: blockSize}).Marshal()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ix.Write(1, func() {
+		for e := range endpoints {
+			ep := keyspace.Endpoint{Model: model, Pod: fmt.Sprintf("default/vllm-%d", e)}
+			if _, err := ix.ApplyPut(ks.EndpointKey(ep), rec); err != nil {
+				b.Fatal(err)
+			}
+			for _, k := range keys[:held(e)] {
+				if err := ix.Put(ep, tier.All[e%2], k); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	})
+	keyer := func(dst []uint64, size int) []uint64 { return client.AppendTokenKeys(dst, p, size) }
+	var tok, hash index.Scratch
+	var tm paired.Timer
+	for b.Loop() {
+		tm.Step(blocks, func() {
+			if err := ix.LookupTokens(&tok, model, keyer, nil); err != nil {
+				b.Fatal(err)
+			}
+		}, func() {
+			ix.Lookup(&hash, model, keys, nil)
+		})
+	}
+	if len(tok.Matches) != want || len(hash.Matches) != want || tok.Matches[0].Blocks != hash.Matches[0].Blocks || tok.Matches[0].BlockSize != blockSize {
+		b.Fatalf("token Lookup found %d endpoints (longest %+v), hash Lookup %d (longest %+v); want %d each",
+			len(tok.Matches), tok.Matches[0], len(hash.Matches), hash.Matches[0], want)
+	}
+	tm.Report(b, "block", "hashes")
 }

@@ -3,7 +3,8 @@ package index
 import "errors"
 
 // Sentinel errors; wrapped with detail, test them with errors.Is. indexd
-// re-exports them as indexd.ErrIndexFull and indexd.ErrMalformedValue.
+// counts and skips the events that return them (kvindex_indexd_malformed_total);
+// they never reach a caller of indexd.
 var (
 	// ErrFull reports that an internal limit of the index (2^28 endpoints,
 	// 2^31 words of endpoint sets) was reached; the caller counts and
@@ -13,4 +14,8 @@ var (
 	// not decode (an endpoint record or an offset); the caller counts and
 	// skips the event.
 	ErrMalformedValue = errors.New("index: malformed value")
+	// ErrTooManyBlockSizes reports a token Lookup whose endpoints have
+	// more than MaxTokenBlockSizes block sizes; the message names them
+	// (indexd answers INVALID_ARGUMENT).
+	ErrTooManyBlockSizes = errors.New("index: too many block sizes for one token Lookup")
 )

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,10 @@ type table struct {
 	// endpoints counts the model's interned endpoints; the table goes when
 	// the last one does.
 	endpoints int
+	// tokenBySize holds, per block size, the sorted IDs of the model's
+	// endpoints whose record says token mode with that (non-zero) block
+	// size: the endpoints a token Lookup without candidates keys for.
+	tokenBySize map[uint32][]uint32
 }
 
 // endpoint is one interned endpoint; a zero value (used false) is a free
@@ -71,6 +76,17 @@ type endpointMeta struct {
 	lastSeen  time.Time
 	blockSize uint32
 	partition int32
+	// mode is the record's hash mode; empty when it did not decode.
+	mode keyspace.HashMode
+}
+
+// tokenSize is the block size a token Lookup keys e at: its record's block
+// size when the record says token mode, else 0 (a token Lookup skips it).
+func (e *endpoint) tokenSize() uint32 {
+	if !e.record || e.meta.mode != keyspace.HashModeToken {
+		return 0
+	}
+	return e.meta.blockSize
 }
 
 // PartitionOffset is a partition's applied next offset: every record below
@@ -83,11 +99,14 @@ type PartitionOffset struct {
 
 // Match is one endpoint's share of a looked-up prefix (DESIGN semantics 5):
 // Blocks leading hashes are present on Endpoint in some tier, and Tiers[i]
-// is the best tier of block i.
+// is the best tier of block i. BlockSize is the endpoint's block size in
+// tokens as its record states it (0 without a record or a size); a token
+// Lookup keyed the prompt at exactly this size for this endpoint.
 type Match struct {
-	Endpoint keyspace.Endpoint
-	Blocks   int
-	Tiers    []tier.Tier
+	Endpoint  keyspace.Endpoint
+	Blocks    int
+	Tiers     []tier.Tier
+	BlockSize uint32
 }
 
 // EndpointInfo is an endpoint as ListEndpoints reports it (the API's
@@ -102,6 +121,10 @@ type EndpointInfo struct {
 	LastSeen  time.Time
 	BlockSize uint32
 	Partition int32
+	// HashMode is the record's hash mode (keyspace.HashModeEngine for a
+	// record written before v1.1 names none); empty without a record or
+	// with one that does not decode.
+	HashMode keyspace.HashMode
 }
 
 // Stats are the index's sizes.
@@ -221,7 +244,7 @@ func (ix *Index) putBlock(key string) error {
 
 // Put makes (hash, ep, t) present, as ApplyPut of ep's block key would,
 // without building or parsing a key: for building an index from known
-// entries (the benchmarks in internal/bench build millions). It errors for
+// entries (the benchmarks in internal/sim/bench build millions). It errors for
 // an invalid endpoint (keyspace.ErrMalformedKey) or tier, or with ErrFull.
 // Call it inside Write (or on an index not shared yet).
 func (ix *Index) Put(ep keyspace.Endpoint, t tier.Tier, hash uint64) error {
@@ -323,14 +346,47 @@ func (ix *Index) putEndpoint(key string, value []byte) error {
 		}
 	}
 	e := &ix.eps[id]
+	before := e.tokenSize()
+	defer func() { ix.retoken(id, before) }()
 	e.record = true
 	rec, err := keyspace.UnmarshalEndpointMeta(value)
 	if err != nil {
 		e.meta = endpointMeta{}
 		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)
 	}
-	e.meta = endpointMeta{lastSeen: rec.LastRecord, blockSize: rec.BlockSize, partition: rec.Partition}
+	e.meta = endpointMeta{lastSeen: rec.LastRecord, blockSize: rec.BlockSize, partition: rec.Partition, mode: rec.HashMode}
 	return nil
+}
+
+// retoken moves endpoint id between its table's token-mode size lists
+// after its record changed; before is its tokenSize until then.
+func (ix *Index) retoken(id uint32, before uint32) {
+	e := &ix.eps[id]
+	after := e.tokenSize()
+	if after == before {
+		return
+	}
+	t := e.tbl
+	if before != 0 {
+		ids := t.tokenBySize[before]
+		if i, ok := slices.BinarySearch(ids, id); ok {
+			ids = slices.Delete(ids, i, i+1)
+		}
+		if len(ids) == 0 {
+			delete(t.tokenBySize, before)
+		} else {
+			t.tokenBySize[before] = ids
+		}
+	}
+	if after != 0 {
+		if t.tokenBySize == nil {
+			t.tokenBySize = make(map[uint32][]uint32)
+		}
+		ids := t.tokenBySize[after]
+		if i, ok := slices.BinarySearch(ids, id); !ok {
+			t.tokenBySize[after] = slices.Insert(ids, i, id)
+		}
+	}
 }
 
 // deleteEndpoint forgets an endpoints/ record. It drops no block: blocks
@@ -345,7 +401,9 @@ func (ix *Index) deleteEndpoint(key string) error {
 		return nil
 	}
 	e := &ix.eps[id]
+	before := e.tokenSize()
 	e.record, e.meta = false, endpointMeta{}
+	ix.retoken(id, before)
 	ix.maybeFree(id)
 	return nil
 }
@@ -453,6 +511,11 @@ type Scratch struct {
 	tiers []tier.Tier
 	order []int32 // indexes into done in answer order
 	touch uint32
+	// A token Lookup's endpoints per block size (groupIDs[g.from:g.to]
+	// for group g) and its keys per block size.
+	groups   []sizeGroup
+	groupIDs []uint32
+	sized    []sizedKeys
 
 	// Results.
 	Matches  []Match
@@ -466,6 +529,18 @@ type Scratch struct {
 // wastes little.
 const probeChunk = 16
 
+// sizeGroup is the endpoints a token Lookup keys at one block size.
+type sizeGroup struct {
+	size     uint32
+	from, to int
+}
+
+// sizedKeys is a token prompt's keys at one block size.
+type sizedKeys struct {
+	size uint32
+	keys []uint64
+}
+
 type doneMatch struct {
 	id     uint32
 	blocks int
@@ -478,23 +553,198 @@ type doneMatch struct {
 // candidates is non-nil, only those endpoints (Model ignored: the model is
 // model) are considered; unknown candidates match nothing. sc.Matches come
 // out ordered by blocks descending, then pod, then rank, and sc.Revision
-// and sc.Offsets name the state that answered.
+// and sc.Offsets name the state that answered. Every endpoint is
+// considered, whatever its hash mode.
 func (ix *Index) Lookup(sc *Scratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
 	ix.mu.RLock()
+	ix.beginLocked(sc)
+	if tbl := ix.tables[model]; tbl != nil {
+		var cands []uint32
+		if candidates != nil {
+			cands = ix.candidateIDs(sc, model, candidates)
+		}
+		ix.lookupLocked(sc, tbl, hashes, cands, candidates != nil)
+	}
+	ix.mu.RUnlock()
+}
+
+// beginLocked starts an answer: the state's revision and offsets, no
+// matches yet.
+func (ix *Index) beginLocked(sc *Scratch) {
 	sc.Revision = ix.revision
 	sc.Offsets = append(sc.Offsets[:0], ix.offsets...)
-	ix.lookupLocked(sc, model, hashes, candidates)
+	sc.Matches, sc.tiers = sc.Matches[:0], sc.tiers[:0]
+}
+
+// candidateIDs returns the sorted IDs of the known candidates of model.
+func (ix *Index) candidateIDs(sc *Scratch, model string, candidates []keyspace.Endpoint) []uint32 {
+	cands := sc.cands[:0]
+	for _, c := range candidates {
+		c.Model = model
+		if id, ok := ix.byEndpoint[c]; ok {
+			cands = append(cands, id)
+		}
+	}
+	slices.Sort(cands)
+	sc.cands = cands
+	return cands
+}
+
+// MaxTokenBlockSizes is the most distinct block sizes one token Lookup
+// keys its prompt at (DESIGN "Hashing"); more is ErrTooManyBlockSizes.
+const MaxTokenBlockSizes = 4
+
+// Keyer appends a token prompt's block keys at blockSize tokens per block
+// to dst and returns it (client.AppendTokenKeys over the request's
+// prompt). It must be safe to call while the index is read-locked.
+type Keyer func(dst []uint64, blockSize int) []uint64
+
+// LookupTokens answers a token Lookup (DESIGN "Hashing", readers): the
+// endpoints of model in token hash mode with a known block size (only
+// those among candidates when candidates is non-nil) are grouped by block
+// size; the prompt is keyed once per size with keys, and each group is
+// looked up with its own keys as Lookup does. Every match carries the
+// block size it was keyed at; sc.Matches come out in Lookup's order across
+// all groups. More than MaxTokenBlockSizes sizes is an error wrapping
+// ErrTooManyBlockSizes that names them, and sc is then not an answer.
+//
+// Keys are computed before the read lock is taken, for the sizes the
+// endpoints have then; a size that appears between that and the answer's
+// state is keyed under the lock.
+func (ix *Index) LookupTokens(sc *Scratch, model string, keys Keyer, candidates []keyspace.Endpoint) error {
+	sc.sized = sc.sized[:0]
+	ix.mu.RLock()
+	err := ix.tokenGroupsLocked(sc, model, candidates)
 	ix.mu.RUnlock()
+	if err != nil {
+		return err
+	}
+	for _, g := range sc.groups {
+		sc.keysFor(g.size, keys)
+	}
+
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	ix.beginLocked(sc)
+	if err := ix.tokenGroupsLocked(sc, model, candidates); err != nil {
+		return err
+	}
+	tbl := ix.tables[model]
+	for _, g := range sc.groups {
+		ix.lookupLocked(sc, tbl, sc.keysFor(g.size, keys), sc.groupIDs[g.from:g.to], true)
+	}
+	if len(sc.groups) > 1 {
+		// Each group's matches are in order; merge them into one.
+		slices.SortStableFunc(sc.Matches, compareMatches)
+	}
+	return nil
+}
+
+// compareMatches is the answer's order: blocks descending, then pod, then
+// rank.
+func compareMatches(a, b Match) int {
+	if c := cmp.Compare(b.Blocks, a.Blocks); c != 0 {
+		return c
+	}
+	if c := strings.Compare(a.Endpoint.Pod, b.Endpoint.Pod); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
+}
+
+// keysFor returns the prompt's keys at size, computing them with keys the
+// first time this call asks for the size.
+func (sc *Scratch) keysFor(size uint32, keys Keyer) []uint64 {
+	for i := range sc.sized {
+		if sc.sized[i].size == size {
+			return sc.sized[i].keys
+		}
+	}
+	n := len(sc.sized)
+	if n < cap(sc.sized) {
+		sc.sized = sc.sized[:n+1]
+	} else {
+		sc.sized = append(sc.sized, sizedKeys{})
+	}
+	e := &sc.sized[n]
+	e.size, e.keys = size, keys(e.keys[:0], int(size))
+	return e.keys
+}
+
+// tokenGroupsLocked fills sc.groups and sc.groupIDs with the token-mode
+// endpoints of model (the known ones among candidates when it is non-nil)
+// by block size, sizes ascending, IDs sorted in each group.
+func (ix *Index) tokenGroupsLocked(sc *Scratch, model string, candidates []keyspace.Endpoint) error {
+	sc.groups, sc.groupIDs = sc.groups[:0], sc.groupIDs[:0]
+	tbl := ix.tables[model]
+	if tbl == nil {
+		return nil
+	}
+	if candidates == nil {
+		for size := range tbl.tokenBySize {
+			sc.groups = append(sc.groups, sizeGroup{size: size})
+		}
+		slices.SortFunc(sc.groups, func(a, b sizeGroup) int { return cmp.Compare(a.size, b.size) })
+		if err := tooManySizes(sc.groups); err != nil {
+			return err
+		}
+		for i := range sc.groups {
+			g := &sc.groups[i]
+			g.from = len(sc.groupIDs)
+			sc.groupIDs = append(sc.groupIDs, tbl.tokenBySize[g.size]...)
+			g.to = len(sc.groupIDs)
+		}
+		return nil
+	}
+	ids := sc.groupIDs[:0]
+	for _, c := range candidates {
+		c.Model = model
+		id, ok := ix.byEndpoint[c]
+		if !ok || ix.eps[id].tokenSize() == 0 {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	slices.SortFunc(ids, func(a, b uint32) int {
+		if c := cmp.Compare(ix.eps[a].tokenSize(), ix.eps[b].tokenSize()); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	ids = slices.Compact(ids)
+	for i, id := range ids {
+		size := ix.eps[id].tokenSize()
+		if n := len(sc.groups); n == 0 || sc.groups[n-1].size != size {
+			sc.groups = append(sc.groups, sizeGroup{size: size, from: i})
+		}
+		sc.groups[len(sc.groups)-1].to = i + 1
+	}
+	sc.groupIDs = ids
+	return tooManySizes(sc.groups)
+}
+
+// tooManySizes reports groups of more than MaxTokenBlockSizes sizes.
+func tooManySizes(groups []sizeGroup) error {
+	if len(groups) <= MaxTokenBlockSizes {
+		return nil
+	}
+	sizes := make([]string, len(groups))
+	for i, g := range groups {
+		sizes[i] = strconv.FormatUint(uint64(g.size), 10)
+	}
+	return fmt.Errorf("%w: the endpoints in token mode have %d block sizes (%s tokens); a token Lookup keys at most %d: narrow the candidates",
+		ErrTooManyBlockSizes, len(groups), strings.Join(sizes, ", "), MaxTokenBlockSizes)
 }
 
 // lookupLocked walks hashes in order keeping the sorted list of endpoints
 // that still match every block so far, and stops as soon as it is empty.
 // While walking it appends, per block, the best tier of each survivor to
 // sc.col; the matches' tier lists are then read back from that column in
-// one sequential pass.
-func (ix *Index) lookupLocked(sc *Scratch, model string, hashes []uint64, candidates []keyspace.Endpoint) {
-	sc.Matches, sc.alive, sc.done, sc.col = sc.Matches[:0], sc.alive[:0], sc.done[:0], sc.col[:0]
-	tbl := ix.tables[model]
+// one sequential pass. The matches are appended to sc.Matches (their
+// tiers to sc.tiers), in the answer's order. With restrict, only the
+// endpoints in cands (sorted IDs) are considered.
+func (ix *Index) lookupLocked(sc *Scratch, tbl *table, hashes []uint64, cands []uint32, restrict bool) {
+	sc.alive, sc.done, sc.col = sc.alive[:0], sc.done[:0], sc.col[:0]
 	if tbl == nil || len(hashes) == 0 {
 		return
 	}
@@ -503,7 +753,7 @@ func (ix *Index) lookupLocked(sc *Scratch, model string, hashes []uint64, candid
 	if v == 0 {
 		return
 	}
-	alive, col := ix.seed(sc, v, model, candidates)
+	alive, col := ix.seed(sc, v, cands, restrict)
 	if len(alive) == 0 {
 		return
 	}
@@ -590,7 +840,8 @@ outer:
 		done[k].out = total
 		total += done[k].blocks
 	}
-	tiers := slices.Grow(sc.tiers[:0], total)[:total]
+	base := len(sc.tiers)
+	tiers := slices.Grow(sc.tiers, total)[:base+total]
 	live := append(sc.alive[:0], make([]uint32, len(done))...) // indexes into done, reusing alive's memory
 	for k := range live {
 		live[k] = uint32(k)
@@ -600,7 +851,7 @@ outer:
 		n := 0
 		for _, k := range live {
 			d := &done[k]
-			tiers[d.out+b] = col[pos]
+			tiers[base+d.out+b] = col[pos]
 			pos++
 			if d.blocks > b+1 {
 				live[n] = k
@@ -628,34 +879,24 @@ outer:
 		}
 		return cmp.Compare(ea.Rank, eb.Rank)
 	})
-	matches := slices.Grow(sc.Matches[:0], len(done))
+	matches := slices.Grow(sc.Matches, len(done))
 	for _, k := range order {
 		d := &done[k]
-		matches = append(matches, Match{Endpoint: ix.eps[d.id].ep, Blocks: d.blocks, Tiers: tiers[d.out : d.out+d.blocks : d.out+d.blocks]})
+		e := &ix.eps[d.id]
+		lo, hi := base+d.out, base+d.out+d.blocks
+		matches = append(matches, Match{Endpoint: e.ep, Blocks: d.blocks, Tiers: tiers[lo:hi:hi], BlockSize: e.meta.blockSize})
 	}
 	sc.done, sc.alive, sc.tiers, sc.Matches, sc.order = done, live, tiers, matches, order
 }
 
 // seed returns the endpoints holding the first block (slot value v),
-// restricted to the candidates when there are any, and sc.col with their
+// restricted to cands (sorted IDs) with restrict, and sc.col with their
 // best tiers of that block appended.
-func (ix *Index) seed(sc *Scratch, v uint32, model string, candidates []keyspace.Endpoint) ([]uint32, []tier.Tier) {
+func (ix *Index) seed(sc *Scratch, v uint32, cands []uint32, restrict bool) ([]uint32, []tier.Tier) {
 	alive, col := sc.alive[:0], sc.col[:0]
-	var cands []uint32
-	if candidates != nil {
-		cands = sc.cands[:0]
-		for _, c := range candidates {
-			c.Model = model
-			if id, ok := ix.byEndpoint[c]; ok {
-				cands = append(cands, id)
-			}
-		}
-		slices.Sort(cands)
-		sc.cands = cands
-	}
 	add := func(m uint32) {
 		id := valueID(m)
-		if candidates != nil {
+		if restrict {
 			if _, ok := slices.BinarySearch(cands, id); !ok {
 				return
 			}
@@ -685,7 +926,7 @@ func (ix *Index) ListEndpoints(model string) ([]EndpointInfo, int64) {
 		}
 		out = append(out, EndpointInfo{
 			Endpoint: e.ep, Blocks: e.blocks, Record: e.record,
-			LastSeen: e.meta.lastSeen, BlockSize: e.meta.blockSize, Partition: e.meta.partition,
+			LastSeen: e.meta.lastSeen, BlockSize: e.meta.blockSize, Partition: e.meta.partition, HashMode: e.meta.mode,
 		})
 	}
 	rev := ix.revision

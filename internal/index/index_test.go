@@ -27,7 +27,20 @@ func lookupCopy(ix *index.Index, model string, hashes []uint64, candidates []key
 	return slices.Clone(sc.Matches)
 }
 
+// lookupTokensCopy runs Index.LookupTokens with keys(size) as the keys at
+// each block size and copies the result out of the scratch.
+func lookupTokensCopy(ix *index.Index, model string, keys func(int) []uint64, candidates []keyspace.Endpoint) ([]index.Match, error) {
+	var sc index.Scratch
+	err := ix.LookupTokens(&sc, model, func(dst []uint64, size int) []uint64 { return append(dst, keys(size)...) }, candidates)
+	if err != nil || len(sc.Matches) == 0 {
+		return nil, err
+	}
+	return slices.Clone(sc.Matches), nil
+}
+
 var (
+	testModes  = []keyspace.HashMode{keyspace.HashModeEngine, keyspace.HashModeToken, keyspace.HashModeToken}
+	testSizes  = []uint32{0, 4, 8, 16, 32, 64}
 	testModels = []string{"meta-llama/Llama-3.1-8B-Instruct", "m2"}
 	testPods   = []string{"vllm-0", "team-a/vllm 1@10.0.0.5:8000", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11"}
 )
@@ -62,14 +75,22 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 			for i := range pool {
 				pool[i] = rng.Uint64()
 			}
+			tokenMatches := 0
+			defer func() {
+				if tokenMatches == 0 && !t.Failed() {
+					t.Error("no token Lookup matched anything: the stream does not exercise LookupTokens")
+				}
+			}()
 			for op := 0; op < tc.ops; op++ {
 				ep := randEp()
 				switch r := rng.IntN(100); {
 				case r < 3: // endpoint record churn
 					if rng.IntN(2) == 0 {
-						val, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeEngine, BlockSize: 16}).Marshal()
+						m := indextest.Meta{HashMode: testModes[rng.IntN(len(testModes))], BlockSize: testSizes[rng.IntN(len(testSizes))]}
+						val, _ := (&keyspace.EndpointRecord{HashMode: m.HashMode, BlockSize: m.BlockSize}).Marshal()
 						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep), val) })
 						ref.Records[ep] = true
+						ref.Meta[ep] = m
 					} else {
 						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(ep)) })
 						delete(ref.Records, ep)
@@ -104,6 +125,33 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 				if diff := gocmp.Diff(want, lookupCopy(ix, model, hashes, cands), cmpopts.EquateEmpty()); diff != "" {
 					t.Fatalf("op %d: Lookup(%s, %x, %v) (-want +got):\n%s", op, model, hashes, cands, diff)
 				}
+				// A token Lookup: each block size has its own keys.
+				bySize := map[int][]uint64{}
+				keys := func(size int) []uint64 {
+					if bySize[size] == nil {
+						ks := make([]uint64, 1+rng.IntN(8))
+						for i := range ks {
+							ks[i] = pool[rng.IntN(len(pool))]
+						}
+						bySize[size] = ks
+					}
+					return bySize[size]
+				}
+				wantTok, ok := ref.LookupTokens(model, keys, cands)
+				gotTok, err := lookupTokensCopy(ix, model, keys, cands)
+				if !ok {
+					if !errors.Is(err, index.ErrTooManyBlockSizes) {
+						t.Fatalf("op %d: LookupTokens error = %v, want ErrTooManyBlockSizes", op, err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("op %d: LookupTokens: %v", op, err)
+				}
+				if diff := gocmp.Diff(wantTok, gotTok, cmpopts.EquateEmpty()); diff != "" {
+					t.Fatalf("op %d: LookupTokens(%s, %v) (-want +got):\n%s", op, model, cands, diff)
+				}
+				tokenMatches += len(gotTok)
 			}
 			checkInvariants(t, ix, ref)
 		})
@@ -122,7 +170,7 @@ func mustApply(t *testing.T, ix *index.Index, rev int64, fn func() (keyspace.Kin
 // checkInvariants compares every derived figure with the reference.
 func checkInvariants(t *testing.T, ix *index.Index, ref *indextest.Reference) {
 	t.Helper()
-	ignoreMeta := cmpopts.IgnoreFields(index.EndpointInfo{}, "LastSeen", "BlockSize", "Partition")
+	ignoreMeta := cmpopts.IgnoreFields(index.EndpointInfo{}, "LastSeen", "BlockSize", "Partition", "HashMode")
 	for _, model := range append([]string{""}, testModels...) {
 		got, _ := ix.ListEndpoints(model)
 		if diff := gocmp.Diff(ref.Endpoints(model), got, cmpopts.EquateEmpty(), ignoreMeta); diff != "" {
@@ -212,5 +260,153 @@ func TestIndexMalformedKeys(t *testing.T) {
 				t.Fatalf("a malformed key changed the index: %+v", st)
 			}
 		})
+	}
+}
+
+func TestIndexLookupTokens(t *testing.T) {
+	ks := keyspace.Default()
+	const model = "m"
+	ep := func(pod string) keyspace.Endpoint { return keyspace.Endpoint{Model: model, Pod: pod} }
+	type rec struct {
+		pod  string
+		mode keyspace.HashMode
+		size uint32
+	}
+	// keys at size s are s+1, s+2, ...: each block size has keys of its
+	// own, as a real prompt keyed at two sizes does.
+	keysAt := func(size int) []uint64 { return []uint64{uint64(size) + 1, uint64(size) + 2, uint64(size) + 3} }
+	for _, tc := range []struct {
+		name    string
+		records []rec
+		blocks  map[string][]uint64 // pod -> hashes present in gpu
+		cands   []string            // nil: every endpoint
+		want    []index.Match
+		wantErr string
+	}{
+		{
+			name:    "two_block_sizes_keyed_apart",
+			records: []rec{{"a", keyspace.HashModeToken, 16}, {"b", keyspace.HashModeToken, 32}},
+			blocks:  map[string][]uint64{"a": {17, 18}, "b": {33, 34, 35}},
+			want: []index.Match{
+				{Endpoint: ep("b"), Blocks: 3, Tiers: []tier.Tier{tier.GPU, tier.GPU, tier.GPU}, BlockSize: 32},
+				{Endpoint: ep("a"), Blocks: 2, Tiers: []tier.Tier{tier.GPU, tier.GPU}, BlockSize: 16},
+			},
+		},
+		{
+			name:    "keys_of_another_size_do_not_match",
+			records: []rec{{"a", keyspace.HashModeToken, 16}},
+			blocks:  map[string][]uint64{"a": {33, 34}},
+		},
+		{
+			name:    "engine_mode_and_unknown_size_left_out",
+			records: []rec{{"a", keyspace.HashModeEngine, 16}, {"b", keyspace.HashModeToken, 0}, {"c", keyspace.HashModeToken, 16}},
+			blocks:  map[string][]uint64{"a": {17}, "b": {17}, "c": {17}, "d": {17}},
+			want:    []index.Match{{Endpoint: ep("c"), Blocks: 1, Tiers: []tier.Tier{tier.GPU}, BlockSize: 16}},
+		},
+		{
+			name:    "candidates_restrict",
+			records: []rec{{"a", keyspace.HashModeToken, 16}, {"b", keyspace.HashModeToken, 16}},
+			blocks:  map[string][]uint64{"a": {17}, "b": {17, 18}},
+			cands:   []string{"a", "zzz"},
+			want:    []index.Match{{Endpoint: ep("a"), Blocks: 1, Tiers: []tier.Tier{tier.GPU}, BlockSize: 16}},
+		},
+		{
+			name: "five_sizes_refused",
+			records: []rec{{"a", keyspace.HashModeToken, 16}, {"b", keyspace.HashModeToken, 32}, {"c", keyspace.HashModeToken, 64},
+				{"d", keyspace.HashModeToken, 128}, {"e", keyspace.HashModeToken, 256}},
+			wantErr: "5 block sizes (16, 32, 64, 128, 256 tokens)",
+		},
+		{
+			name: "five_sizes_but_candidates_have_two",
+			records: []rec{{"a", keyspace.HashModeToken, 16}, {"b", keyspace.HashModeToken, 32}, {"c", keyspace.HashModeToken, 64},
+				{"d", keyspace.HashModeToken, 128}, {"e", keyspace.HashModeToken, 256}},
+			blocks: map[string][]uint64{"a": {17}, "e": {257}},
+			cands:  []string{"a", "e"},
+			want: []index.Match{
+				{Endpoint: ep("a"), Blocks: 1, Tiers: []tier.Tier{tier.GPU}, BlockSize: 16},
+				{Endpoint: ep("e"), Blocks: 1, Tiers: []tier.Tier{tier.GPU}, BlockSize: 256},
+			},
+		},
+		{
+			name:   "no_record_no_token_lookup",
+			blocks: map[string][]uint64{"a": {17}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ix := index.New(ks)
+			for _, r := range tc.records {
+				val, _ := (&keyspace.EndpointRecord{HashMode: r.mode, BlockSize: r.size}).Marshal()
+				mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep(r.pod)), val) })
+			}
+			for pod, hs := range tc.blocks {
+				for _, h := range hs {
+					mustApply(t, ix, 2, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.BlockKey(ep(pod), tier.GPU, h), nil) })
+				}
+			}
+			var cands []keyspace.Endpoint
+			if tc.cands != nil {
+				cands = []keyspace.Endpoint{}
+				for _, p := range tc.cands {
+					cands = append(cands, keyspace.Endpoint{Pod: p})
+				}
+			}
+			got, err := lookupTokensCopy(ix, model, keysAt, cands)
+			if tc.wantErr != "" {
+				if !errors.Is(err, index.ErrTooManyBlockSizes) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want ErrTooManyBlockSizes naming %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := gocmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestIndexTokenGroupsFollowRecords checks that an endpoint's record
+// moving it between hash modes and block sizes, or going away, moves it
+// between the groups a token Lookup keys for.
+func TestIndexTokenGroupsFollowRecords(t *testing.T) {
+	ks := keyspace.Default()
+	a := keyspace.Endpoint{Model: "m", Pod: "a"}
+	put := func(ix *index.Index, mode keyspace.HashMode, size uint32) {
+		val, _ := (&keyspace.EndpointRecord{HashMode: mode, BlockSize: size}).Marshal()
+		mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(a), val) })
+	}
+	ix := index.New(ks)
+	for _, h := range []uint64{17, 33} {
+		mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.BlockKey(a, tier.CPU, h), nil) })
+	}
+	keys := func(size int) []uint64 { return []uint64{uint64(size) + 1} }
+	for i, step := range []struct {
+		do   func()
+		want uint32 // the block size a matches at, 0 for no match
+	}{
+		{func() { put(ix, keyspace.HashModeToken, 16) }, 16},
+		{func() { put(ix, keyspace.HashModeToken, 32) }, 32},
+		{func() { put(ix, keyspace.HashModeEngine, 32) }, 0},
+		{func() { put(ix, keyspace.HashModeToken, 16) }, 16},
+		{func() { ix.Write(1, func() { _, _ = ix.ApplyPut(ks.EndpointKey(a), []byte("{")) }) }, 0},
+		{func() { put(ix, keyspace.HashModeToken, 32) }, 32},
+		{func() {
+			mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(a)) })
+		}, 0},
+	} {
+		step.do()
+		got, err := lookupTokensCopy(ix, "m", keys, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var size uint32
+		if len(got) == 1 {
+			size = got[0].BlockSize
+		}
+		if len(got) > 1 || size != step.want {
+			t.Fatalf("step %d: matches %+v, want one at block size %d", i, got, step.want)
+		}
 	}
 }

@@ -133,21 +133,6 @@ func search(ms []uint32, id uint32) (int, bool) {
 	return lo, lo < len(ms) && valueID(ms[lo]) == id
 }
 
-// maskIn returns the tier mask of endpoint id in slot value v (0 if absent).
-func (a *setArena) maskIn(v, id uint32) uint32 {
-	if v&multiBit == 0 {
-		if valueID(v) == id {
-			return valueMask(v)
-		}
-		return 0
-	}
-	ms := a.members(v &^ multiBit)
-	if i, ok := search(ms, id); ok {
-		return valueMask(ms[i])
-	}
-	return 0
-}
-
 // add records endpoint id holding the block in tier bit (one of 1, 2, 4)
 // and returns the new slot value and whether the (endpoint, tier) was new.
 // v is the current slot value (0 when absent).

@@ -101,9 +101,6 @@ func AppendHash(dst []byte, hash uint64) []byte {
 	return append(dst, buf[:]...)
 }
 
-// FormatHash returns hash as 16 lower-case hex digits.
-func FormatHash(hash uint64) string { return string(AppendHash(nil, hash)) }
-
 // ParseHash parses exactly 16 lower-case hex digits.
 func ParseHash(s string) (uint64, error) {
 	if len(s) != hashLen {

@@ -210,17 +210,20 @@ func TestOffsetValues(t *testing.T) {
 
 func TestRecordsRoundTrip(t *testing.T) {
 	seq := uint64(41)
+	group := int64(3)
 	rec := EndpointRecord{
-		BlockSize:   16,
-		HashMode:    HashModeEngine,
-		Seq:         &seq,
-		BatchTS:     1733000000.25,
-		Incarnation: "engine-1",
-		LastRecord:  time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC),
-		Topic:       "kvindex-events",
-		Partition:   3,
-		Lease:       0x694d7b3c5c2b1e04,
-		TierLeases:  map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
+		AttentionGroup: &group,
+		MediumMap:      "0123456789abcdef",
+		BlockSize:      16,
+		HashMode:       HashModeEngine,
+		Seq:            &seq,
+		BatchTS:        1733000000.25,
+		Incarnation:    "engine-1",
+		LastRecord:     time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC),
+		Topic:          "kvindex-events",
+		Partition:      3,
+		Lease:          0x694d7b3c5c2b1e04,
+		TierLeases:     map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
 	}
 	b, err := rec.Marshal()
 	if err != nil {
@@ -239,7 +242,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if got.Shards(tier.GPU)[0].Keys != 10 || got.Shards(tier.CPU) != nil {
 		t.Fatalf("Shards = %v / %v", got.Shards(tier.GPU), got.Shards(tier.CPU))
 	}
-	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`} {
+	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`} {
 		if _, err := UnmarshalEndpointRecord([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
 			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
 		}
@@ -248,8 +251,30 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := (EndpointMeta{BlockSize: rec.BlockSize, LastRecord: rec.LastRecord, Partition: rec.Partition}); meta != want {
+	if want := (EndpointMeta{BlockSize: rec.BlockSize, HashMode: rec.HashMode, LastRecord: rec.LastRecord, Partition: rec.Partition}); meta != want {
 		t.Fatalf("UnmarshalEndpointMeta = %+v, want %+v", meta, want)
+	}
+	// The hash mode as stored, and absent (a record written before v1.1)
+	// read as engine.
+	for _, tc := range []struct {
+		name, value string
+		want        HashMode
+	}{
+		{"token", `{"hash_mode":"token","block_size":16}`, HashModeToken},
+		{"engine", `{"hash_mode":"engine","block_size":16}`, HashModeEngine},
+		{"absent", `{"block_size":16}`, HashModeEngine},
+		{"empty", `{"hash_mode":"","block_size":16}`, HashModeEngine},
+	} {
+		t.Run("hash_mode_"+tc.name, func(t *testing.T) {
+			m, err := UnmarshalEndpointMeta([]byte(tc.value))
+			if err != nil || m.HashMode != tc.want || m.BlockSize != 16 {
+				t.Fatalf("UnmarshalEndpointMeta(%s) = %+v, %v; want hash mode %q", tc.value, m, err, tc.want)
+			}
+			r, err := UnmarshalEndpointRecord([]byte(tc.value))
+			if err != nil || r.HashMode != tc.want {
+				t.Fatalf("UnmarshalEndpointRecord(%s) = %+v, %v; want hash mode %q", tc.value, r, err, tc.want)
+			}
+		})
 	}
 	for _, bad := range []string{`{`, `[]`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","partition":"3"}`, `{"hash_mode":"engine","tier_leases":{"gpu":3}}`} {
 		if _, err := UnmarshalEndpointMeta([]byte(bad)); !errors.Is(err, ErrMalformedValue) {

@@ -17,9 +17,6 @@ func (p Partition) String() string {
 	return p.Topic + "/" + strconv.FormatInt(int64(p.Partition), 10)
 }
 
-// OwnersPrefix is the prefix of every partition owner key.
-func (k Keyspace) OwnersPrefix() string { return k.prefix + sectionOwners }
-
 // OwnerKey is the fencing key of a partition: owners/{topic}/{partition}.
 // Its value is an OwnerRecord; every write transaction of the partition's
 // owner compares this key's ModRevision with the revision of its claim.

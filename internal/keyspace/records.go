@@ -61,7 +61,8 @@ type EndpointRecord struct {
 	// BlockSize is the engine's block size in tokens from its last
 	// BlockStored that carried a non-zero one; 0 when unknown.
 	BlockSize uint32 `json:"block_size,omitempty"`
-	// HashMode says what the block keys' hash segment is.
+	// HashMode says what the block keys' hash segment is. Decoding a
+	// record that has none (written before v1.1) gives HashModeEngine.
 	HashMode HashMode `json:"hash_mode"`
 	// Seq is the engine sequence number (the record's "seq" header) of the
 	// last applied batch record; nil when the endpoint's records carried
@@ -85,6 +86,15 @@ type EndpointRecord struct {
 	// shards its block keys are attached to, oldest first; new keys go to
 	// the last shard.
 	TierLeases map[string][]LeaseShard `json:"tier_leases,omitempty"`
+	// AttentionGroup is the KV-cache group the endpoint indexes, fixed by
+	// its first attention store (DESIGN v1.1 "Event wire format"); nil
+	// while it indexes group 0 provisionally.
+	AttentionGroup *int64 `json:"attention_group,omitempty"`
+	// MediumMap is the fingerprint of the medium map the endpoint's keys
+	// were written under (events.MediumMap.Fingerprint); empty in records
+	// written before v1.1. An ingester whose map has another fingerprint
+	// drops the endpoint before its next record applies.
+	MediumMap string `json:"medium_map,omitempty"`
 }
 
 // Shards returns the lease shards of tier t (nil when none).
@@ -105,16 +115,20 @@ func (r *EndpointRecord) Marshal() ([]byte, error) {
 // returns ErrMalformedValue for anything that is not such a record.
 func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	var r EndpointRecord
-	if err := json.Unmarshal(v, &r); err != nil {
+	err := json.Unmarshal(v, &r)
+	if err != nil {
 		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
 	}
-	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
-		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
+	if r.HashMode, err = checkHashMode(r.HashMode); err != nil {
+		return EndpointRecord{}, err
 	}
 	for name := range r.TierLeases {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
 		}
+	}
+	if r.AttentionGroup != nil && *r.AttentionGroup < 0 {
+		return EndpointRecord{}, fmt.Errorf("%w: endpoint record: attention_group %d is negative", ErrMalformedValue, *r.AttentionGroup)
 	}
 	return r, nil
 }
@@ -122,7 +136,10 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 // EndpointMeta is the part of an EndpointRecord that readers listing
 // endpoints need (indexd keeps it for ListEndpoints).
 type EndpointMeta struct {
-	BlockSize  uint32
+	BlockSize uint32
+	// HashMode is the record's hash mode; HashModeEngine for a record
+	// that names none (written before v1.1).
+	HashMode   HashMode
 	LastRecord time.Time
 	Partition  int32
 }
@@ -150,15 +167,29 @@ func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
 	if err := json.Unmarshal(v, &r); err != nil {
 		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)
 	}
-	if r.HashMode != HashModeEngine && r.HashMode != HashModeToken {
-		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, r.HashMode)
+	mode, err := checkHashMode(r.HashMode)
+	if err != nil {
+		return EndpointMeta{}, err
 	}
 	for name := range r.TierLeases {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointMeta{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
 		}
 	}
-	return EndpointMeta{BlockSize: r.BlockSize, LastRecord: r.LastRecord, Partition: r.Partition}, nil
+	return EndpointMeta{BlockSize: r.BlockSize, HashMode: mode, LastRecord: r.LastRecord, Partition: r.Partition}, nil
+}
+
+// checkHashMode returns a record's hash mode: an absent one (records
+// written before v1.1 named none) is HashModeEngine, an unknown one is
+// ErrMalformedValue.
+func checkHashMode(m HashMode) (HashMode, error) {
+	switch m {
+	case "":
+		return HashModeEngine, nil
+	case HashModeEngine, HashModeToken:
+		return m, nil
+	}
+	return "", fmt.Errorf("%w: endpoint record: unknown hash_mode %q", ErrMalformedValue, m)
 }
 
 // OwnerRecord is the value of owners/{topic}/{partition}: the ingester that

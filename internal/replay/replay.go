@@ -40,9 +40,11 @@ type Mismatch struct {
 	Line int
 	// Describe is the step's note, when it has one.
 	Describe string
-	// Model and Hashes are what was looked up.
+	// Model and Hashes (or Tokens, for a token lookup) are what was
+	// looked up.
 	Model  string
 	Hashes []uint64
+	Tokens *scenario.Tokens
 	// Expected and Actual are the endpoints expected and returned.
 	Expected, Actual []scenario.Match
 	// Diffs says what differs, one line each.
@@ -95,16 +97,23 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 				barrier = append(barrier, client.PartitionOffset{Topic: t.Topic, Partition: p, Offset: off})
 			}
 			lctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
-			got, err := t.Index.Lookup(lctx, st.Lookup.Model, st.Lookup.Hashes, client.WithBarrier(timeout, barrier...))
+			var got *client.LookupResult
+			var err error
+			if tk := st.Lookup.Tokens; tk != nil {
+				p := client.TokenPrompt{TokenIDs: tk.TokenIDs, LoRAName: tk.LoRAName, CacheSalt: tk.CacheSalt}
+				got, err = t.Index.LookupTokens(lctx, st.Lookup.Model, p, client.WithBarrier(timeout, barrier...))
+			} else {
+				got, err = t.Index.Lookup(lctx, st.Lookup.Model, st.Lookup.Hashes, client.WithBarrier(timeout, barrier...))
+			}
 			cancel()
 			if err != nil {
 				return res, fmt.Errorf("%w: line %d: lookup: %v", ErrTarget, st.Line, err)
 			}
 			res.Lookups++
 			actual := Matches(got)
-			if diffs := scenario.Compare(st.Lookup.Expect, actual); diffs != nil {
+			if diffs := st.Lookup.Check(actual); diffs != nil {
 				res.Mismatches = append(res.Mismatches, Mismatch{
-					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Hashes,
+					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Hashes, Tokens: st.Lookup.Tokens,
 					Expected: st.Lookup.Expect, Actual: actual, Diffs: diffs,
 				})
 			}
@@ -134,7 +143,7 @@ func Matches(r *client.LookupResult) []scenario.Match {
 		for i, t := range m.Tiers {
 			tiers[i] = t.String()
 		}
-		out = append(out, scenario.Match{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: tiers})
+		out = append(out, scenario.Match{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: tiers, BlockSize: m.BlockSize})
 	}
 	return out
 }

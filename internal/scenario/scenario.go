@@ -18,6 +18,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // ErrMalformed is wrapped by every error about a scenario file's content.
@@ -84,12 +86,43 @@ func (p *Publish) HeaderKeys() []string {
 	return keys
 }
 
-// Lookup is a Lookup to run and the endpoints it must return.
+// Lookup is a Lookup to run and the endpoints it must return: by block
+// Hashes, or by Tokens (a token Lookup) when Tokens is non-nil.
 type Lookup struct {
 	Model    string
 	Hashes   []uint64
+	Tokens   *Tokens
 	Expect   []Match
 	Describe string
+}
+
+// Tokens is a lookup step's prompt as token ids (client.LookupTokens):
+// the line's "tokens", "block_size", "lora_name" and "cache_salt".
+type Tokens struct {
+	TokenIDs []uint32
+	// BlockSize is the block size the step expects: every listed
+	// endpoint's match must report it. At least 1.
+	BlockSize int
+	LoRAName  string
+	CacheSalt string
+}
+
+// Check compares actual with the step's expectation (Compare) and, for a
+// token lookup, also reports every expected endpoint whose match does not
+// report the step's block size; nil means they agree.
+func (l *Lookup) Check(actual []Match) []string {
+	diffs := Compare(l.Expect, actual)
+	if l.Tokens == nil {
+		return diffs
+	}
+	for _, e := range l.Expect {
+		for _, a := range actual {
+			if a.Pod == e.Pod && a.DPRank == e.DPRank && a.BlockSize != l.Tokens.BlockSize {
+				diffs = append(diffs, fmt.Sprintf("%s rank %d: expected block size %d, got %d", e.Pod, e.DPRank, l.Tokens.BlockSize, a.BlockSize))
+			}
+		}
+	}
+	return diffs
 }
 
 // Match is one endpoint's expected (or actual) share of a prefix.
@@ -100,19 +133,27 @@ type Match struct {
 	// Tiers, when non-nil in an expectation, is the best tier of each
 	// matched block ("gpu", "cpu", "disk"); nil means "not checked".
 	Tiers []string `json:"tiers,omitempty"`
+	// BlockSize is, in an answer, the block size the endpoint reports
+	// (Lookup.Check compares it with a token lookup's); expectations leave
+	// it out (the step's block_size applies to each).
+	BlockSize int `json:"block_size,omitempty"`
 }
 
 type line struct {
-	Step     string            `json:"step"`
-	Name     string            `json:"name"`
-	Summary  string            `json:"summary"`
-	Key      *string           `json:"key"`
-	Headers  map[string]string `json:"headers"`
-	ValueB64 *string           `json:"value_b64"`
-	Describe string            `json:"describe"`
-	Model    string            `json:"model"`
-	Hashes   []string          `json:"hashes"`
-	Expect   []Match           `json:"expect"`
+	Step      string            `json:"step"`
+	Name      string            `json:"name"`
+	Summary   string            `json:"summary"`
+	Key       *string           `json:"key"`
+	Headers   map[string]string `json:"headers"`
+	ValueB64  *string           `json:"value_b64"`
+	Describe  string            `json:"describe"`
+	Model     string            `json:"model"`
+	Hashes    []string          `json:"hashes"`
+	Tokens    []uint32          `json:"tokens"`
+	BlockSize int               `json:"block_size"`
+	LoRAName  string            `json:"lora_name"`
+	CacheSalt string            `json:"cache_salt"`
+	Expect    []Match           `json:"expect"`
 }
 
 // Load reads and parses the scenario file at path.
@@ -198,7 +239,7 @@ func parseStep(n int, l *line) (Step, error) {
 		if l.Key == nil || l.ValueB64 == nil {
 			return Step{}, fmt.Errorf("%w: line %d: publish needs key and value_b64", ErrMalformed, n)
 		}
-		if l.Headers["model"] == "" {
+		if l.Headers[contract.HeaderModel] == "" {
 			return Step{}, fmt.Errorf("%w: line %d: publish needs a model header", ErrMalformed, n)
 		}
 		v, err := base64.StdEncoding.DecodeString(*l.ValueB64)
@@ -222,7 +263,19 @@ func parseStep(n int, l *line) (Step, error) {
 		if expect == nil {
 			expect = []Match{}
 		}
-		return Step{Line: n, Kind: KindLookup, Lookup: &Lookup{Model: l.Model, Hashes: hashes, Expect: expect, Describe: l.Describe}}, nil
+		lk := &Lookup{Model: l.Model, Hashes: hashes, Expect: expect, Describe: l.Describe}
+		switch {
+		case l.Tokens != nil && l.Hashes != nil:
+			return Step{}, fmt.Errorf("%w: line %d: lookup has both hashes and tokens", ErrMalformed, n)
+		case l.Tokens != nil:
+			if l.BlockSize <= 0 {
+				return Step{}, fmt.Errorf("%w: line %d: a token lookup needs a positive block_size, got %d", ErrMalformed, n, l.BlockSize)
+			}
+			lk.Tokens = &Tokens{TokenIDs: l.Tokens, BlockSize: l.BlockSize, LoRAName: l.LoRAName, CacheSalt: l.CacheSalt}
+		case l.BlockSize != 0 || l.LoRAName != "" || l.CacheSalt != "":
+			return Step{}, fmt.Errorf("%w: line %d: block_size, lora_name and cache_salt go with tokens", ErrMalformed, n)
+		}
+		return Step{Line: n, Kind: KindLookup, Lookup: lk}, nil
 	}
 	return Step{}, fmt.Errorf("%w: line %d: unknown step %q", ErrMalformed, n, l.Step)
 }

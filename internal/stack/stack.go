@@ -33,6 +33,7 @@ import (
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -92,14 +93,14 @@ type Config struct {
 	Indexd   func(*indexd.Config)
 }
 
-// Default addresses, the ones the client commands dial by default.
+// DefaultPartitions is the partition count of a topic the stack creates.
+// The default addresses and topic are contract's (DefaultEtcdAddr,
+// DefaultKafkaAddr, DefaultGRPCAddr, DefaultMetricsAddr, DefaultTopic),
+// the ones the client commands dial by default.
+const DefaultPartitions = 4
+
+// Defaults of the stack's retention settings.
 const (
-	DefaultEtcdAddr    = "127.0.0.1:2379"
-	DefaultKafkaAddr   = "127.0.0.1:9092"
-	DefaultGRPCAddr    = "127.0.0.1:50051"
-	DefaultMetricsAddr = "127.0.0.1:9090"
-	DefaultTopic       = "kvindex-events"
-	DefaultPartitions  = 4
 	// DefaultCompactionRetention is Config.CompactionRetention's default.
 	DefaultCompactionRetention = 5 * time.Minute
 	// DefaultKafkaRetention is Config.KafkaRetention's default.
@@ -148,11 +149,11 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 			*v = d
 		}
 	}
-	def(&cfg.EtcdAddr, DefaultEtcdAddr)
-	def(&cfg.KafkaAddr, DefaultKafkaAddr)
-	def(&cfg.GRPCAddr, DefaultGRPCAddr)
-	def(&cfg.MetricsAddr, DefaultMetricsAddr)
-	def(&cfg.Topic, DefaultTopic)
+	def(&cfg.EtcdAddr, contract.DefaultEtcdAddr)
+	def(&cfg.KafkaAddr, contract.DefaultKafkaAddr)
+	def(&cfg.GRPCAddr, contract.DefaultGRPCAddr)
+	def(&cfg.MetricsAddr, contract.DefaultMetricsAddr)
+	def(&cfg.Topic, contract.DefaultTopic)
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = DefaultPartitions
 	}

@@ -10,12 +10,21 @@ import "fmt"
 // Lower non-zero values are better tiers: GPU beats CPU beats Disk.
 type Tier uint8
 
-// The tiers, numbered as kvindex.v1.Tier.
+// The tiers, numbered as kvindex.v1.Tier. Which engine mediums land in
+// each is the medium table's business (events.DefaultMediums, DESIGN v1.1):
+// the tier says what kind of memory holds the block, not which engine
+// named it.
 const (
+	// Unknown is no tier: never stored, never returned for a match.
 	Unknown Tier = 0
-	GPU     Tier = 1
-	CPU     Tier = 2
-	Disk    Tier = 3
+	// GPU is accelerator memory (mediums none, GPU, DEVICE).
+	GPU Tier = 1
+	// CPU is host memory (CPU, CPU_PINNED, CPU_TIER1).
+	CPU Tier = 2
+	// Disk is storage behind host memory: local disk, NVMe, remote and
+	// external stores, and SGLang HiCache's L3 (CPU_TIER2, DISK, NVME,
+	// STORAGE, EXTERNAL, REMOTE).
+	Disk Tier = 3
 )
 
 // All lists the real tiers from best to worst.
@@ -51,8 +60,9 @@ func (t Tier) Better(u Tier) bool {
 }
 
 // Parse maps a key segment ("gpu", "cpu", "disk") back to its tier. It
-// returns Unknown and false for anything else; it does not accept engine
-// medium names (see events.MediumMap for those).
+// returns Unknown and false for anything else, "GPU" included: key
+// segments are lower case. It does not accept engine medium names (see
+// events.MediumMap for those).
 func Parse(s string) (Tier, bool) {
 	switch s {
 	case "gpu":

@@ -1,5 +1,5 @@
 // Package benchcmd wires `kvindex bench fleet|ingest|lookup|coldstart`,
-// the measuring instruments of internal/bench: each runs the whole
+// the measuring instruments of internal/sim/bench: each runs the whole
 // pipeline (or the part it measures) inside this process, prints a table
 // of figures, each next to the reference measured in the same run and the
 // DESIGN goal it is held to, and with -o json one JSON object per figure

@@ -13,12 +13,15 @@ import (
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/kafkaauth"
+	"github.com/kvindex/kvindex/internal/logging"
 )
 
 // flags are the command's flags beyond the shared ones.
 type flags struct {
 	logging      common.Logging
 	kafka        common.Kafka
+	auth         kafkaauth.Config
 	zmq          string
 	replay       string
 	zmqTopic     string
@@ -51,6 +54,7 @@ rule); give the configured endpoints and --dp-rank N, or set
 	fs := cmd.Flags()
 	f.logging.Register(fs)
 	f.kafka.Register(fs)
+	f.auth.Register(fs)
 	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
 	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
@@ -73,11 +77,19 @@ func (f *flags) run(ctx context.Context) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return err
+	}
 	log, err := f.logging.Logger()
 	if err != nil {
 		return err
 	}
+	kopts, err := f.auth.Opts(log)
+	if err != nil {
+		return err
+	}
 	cfg := f.cfg
+	cfg.KafkaOptions = append(cfg.KafkaOptions, kopts...)
 	cfg.ZMQTopic = f.zmqTopic
 	cfg.Brokers, cfg.Topic = f.kafka.Brokers, f.kafka.Topic
 	cfg.Endpoint, cfg.ReplayEndpoint = f.zmq, f.replay
@@ -90,7 +102,7 @@ func (f *flags) run(ctx context.Context) error {
 		}
 	}
 	reg := common.NewRegistry()
-	cfg.Registerer = reg
+	cfg.Registry = reg
 	cfg.Logger = log.With("component", "bridge")
 	b, err := bridge.New(cfg)
 	if err != nil {
@@ -100,7 +112,8 @@ func (f *flags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ops server listening", "addr", ops.Addr())
+	log.Info("bridge starting", "pod", cfg.Pod, "model", cfg.Model, "brokers", logging.RedactURLs(cfg.Brokers), "topic", cfg.Topic,
+		"kafka_tls", f.auth.TLS(), "kafka_sasl", f.auth.SASLMechanism, "kafka_user", f.auth.SASLUsername, "metrics", ops.Addr())
 	g, gctx := errgroup.WithContext(ctx)
 	// The ops server stops when the bridge has finished its shutdown (or
 	// failed), so probes and metrics stay up through the grace period.

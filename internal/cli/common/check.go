@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kvindex/kvindex/internal/logging"
 )
 
 // CheckPositive returns an error naming the first of the named flags of fs
@@ -71,6 +73,19 @@ func ValidateTopic(name string) error {
 func (k *Kafka) ValidateTopic() error {
 	if err := ValidateTopic(k.Topic); err != nil {
 		return fmt.Errorf("--topic: %w", err)
+	}
+	return nil
+}
+
+// ValidateBrokers refuses --brokers entries that carry credentials
+// ("user:password@host:9092"): Kafka clients ignore them (SASL is the
+// way: --kafka-sasl-*), and an address that reaches an error message or a
+// log must not show a password. The error shows the entry redacted.
+func (k *Kafka) ValidateBrokers() error {
+	for _, b := range k.Brokers {
+		if r := logging.RedactURL(b); r != b {
+			return fmt.Errorf("--brokers: %s carries credentials, which Kafka clients ignore: use --kafka-sasl-mechanism, --kafka-sasl-username and --kafka-sasl-password-file", r)
+		}
 	}
 	return nil
 }

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 func TestCheckPositive(t *testing.T) {
@@ -52,7 +54,7 @@ func TestValidateTopic(t *testing.T) {
 		topic   string
 		wantErr string
 	}{
-		{name: "default", topic: DefaultTopic},
+		{name: "default", topic: contract.DefaultTopic},
 		{name: "every_allowed_character", topic: "Az09._-"},
 		{name: "longest", topic: strings.Repeat("t", MaxTopicLen)},
 		{name: "empty", topic: "", wantErr: "empty"},

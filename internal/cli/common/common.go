@@ -1,7 +1,8 @@
 // Package common holds the flags and wiring every kvindex subcommand shares,
 // so a flag has one name, one default and one meaning everywhere: logging,
-// etcd, Kafka and the default addresses `kvindex standalone` listens on
-// (which the operator commands dial when given no address).
+// etcd, Kafka and the ops server. The default addresses `kvindex
+// standalone` listens on, which the operator commands dial when given no
+// address, are internal/contract's.
 package common
 
 import (
@@ -10,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,21 +20,10 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/opsserver"
-)
-
-// Default addresses. `kvindex standalone` listens on them, and the client
-// commands (lookup, endpoints, replay, bridge) dial them by default, so a
-// user who runs both with no flags gets a working pair.
-const (
-	DefaultEtcdEndpoint = "http://127.0.0.1:2379"
-	DefaultBrokers      = "127.0.0.1:9092"
-	DefaultTopic        = "kvindex-events"
-	DefaultGroup        = "kvindex-ingester"
-	DefaultGRPCAddr     = "127.0.0.1:50051"
-	DefaultMetricsAddr  = "127.0.0.1:9090"
 )
 
 // Logging holds --log-level and --log-format.
@@ -62,16 +53,86 @@ type Etcd struct {
 	// server; Cert and Key add a client certificate. All empty means
 	// plaintext (an https endpoint then verifies against the system roots).
 	CACert, Cert, Key string
+	// Username and PasswordFile authenticate to etcd with its RBAC
+	// (--etcd-username, --etcd-password-file). The password is read from
+	// the file when the client is built, never taken on the command line
+	// and never logged. Both empty: no password authentication (etcd
+	// then takes the user from the client certificate's common name, if
+	// it runs with --client-cert-auth).
+	Username, PasswordFile string
 }
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
 func (e *Etcd) Register(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
+	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{contract.DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
 	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down)")
 	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
 	fs.StringVar(&e.Cert, "etcd-cert", "", "PEM client certificate for etcd (needs --etcd-key)")
 	fs.StringVar(&e.Key, "etcd-key", "", "PEM client key for etcd (needs --etcd-cert)")
+	fs.StringVar(&e.Username, "etcd-username", "", "etcd user (RBAC; needs --etcd-password-file)")
+	fs.StringVar(&e.PasswordFile, "etcd-password-file", "", "file holding the etcd user's password (one trailing newline ignored; never logged)")
+}
+
+// RedactedEndpoints are --etcd-endpoints with any user information in
+// them replaced (logging.RedactURL), for logs and errors.
+func (e *Etcd) RedactedEndpoints() []string { return logging.RedactURLs(e.Endpoints) }
+
+// checkEndpoints refuses endpoints carrying user information (etcd's
+// client ignores it; --etcd-username and --etcd-password-file are the way)
+// and TLS settings that disagree with the endpoints' schemes: TLS flags
+// with an http:// endpoint (which would connect in plaintext regardless),
+// and endpoints mixing http:// and https://. Endpoints with no scheme
+// follow the TLS flags. Its errors show endpoints redacted.
+func (e *Etcd) checkEndpoints() error {
+	tlsFlags := e.CACert != "" || e.Cert != "" || e.Key != ""
+	var plain, secure string
+	for _, ep := range e.Endpoints {
+		if logging.RedactURL(ep) != ep {
+			return fmt.Errorf("--etcd-endpoints: %s carries credentials, which etcd's client ignores: use --etcd-username and --etcd-password-file", logging.RedactURL(ep))
+		}
+		switch {
+		case strings.HasPrefix(ep, "http://"), strings.HasPrefix(ep, "unix://"):
+			plain = logging.RedactURL(ep)
+		case strings.HasPrefix(ep, "https://"), strings.HasPrefix(ep, "unixs://"):
+			secure = logging.RedactURL(ep)
+		}
+	}
+	switch {
+	case plain != "" && secure != "":
+		return fmt.Errorf("--etcd-endpoints mixes plaintext %s and TLS %s: use one scheme", plain, secure)
+	case plain != "" && tlsFlags:
+		return fmt.Errorf("--etcd-cacert, --etcd-cert or --etcd-key given, but endpoint %s is plaintext: use https:// endpoints for TLS", plain)
+	}
+	return nil
+}
+
+// password reads --etcd-password-file. Its errors name the file, never
+// its content.
+func (e *Etcd) password() (string, error) {
+	if (e.Username == "") != (e.PasswordFile == "") {
+		return "", fmt.Errorf("--etcd-username and --etcd-password-file go together")
+	}
+	if e.PasswordFile == "" {
+		return "", nil
+	}
+	return ReadSecretFile(e.PasswordFile, "--etcd-password-file")
+}
+
+// ReadSecretFile reads a password from path, dropping one trailing "\n"
+// or "\r\n" (what `echo` and most editors add). It errors, naming flag
+// and path but never the content, when the file cannot be read or the
+// password is empty.
+func ReadSecretFile(path, flag string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", flag, err)
+	}
+	s := strings.TrimSuffix(strings.TrimSuffix(string(b), "\n"), "\r")
+	if s == "" {
+		return "", fmt.Errorf("%s: %s holds an empty password", flag, path)
+	}
+	return s, nil
 }
 
 // tlsConfig builds the client TLS config the flags describe, or nil for
@@ -94,15 +155,25 @@ func (e *Etcd) tlsConfig() (*tls.Config, error) {
 // Keyspace returns the keyspace under --etcd-prefix.
 func (e *Etcd) Keyspace() (keyspace.Keyspace, error) { return keyspace.New(e.Prefix) }
 
-// Client dials etcd. The caller closes the client.
+// Client dials etcd, refusing TLS flags that disagree with the endpoints'
+// schemes and reading --etcd-password-file. The caller closes the client.
 func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, error) {
+	if err := e.checkEndpoints(); err != nil {
+		return nil, err
+	}
 	tlsCfg, err := e.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	password, err := e.password()
 	if err != nil {
 		return nil, err
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		TLS:                  tlsCfg,
 		Endpoints:            e.Endpoints,
+		Username:             e.Username,
+		Password:             password,
 		DialTimeout:          e.DialTimeout,
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
@@ -110,7 +181,7 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 		Context:              ctx,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("connecting to etcd %v (--etcd-endpoints): %w", e.Endpoints, err)
+		return nil, fmt.Errorf("connecting to etcd %v (--etcd-endpoints): %w", e.RedactedEndpoints(), err)
 	}
 	return cli, nil
 }
@@ -123,7 +194,7 @@ type Ops struct {
 
 // Register adds --metrics-listen and --pprof to fs.
 func (o *Ops) Register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "metrics-listen", DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
+	fs.StringVar(&o.Listen, "metrics-listen", contract.DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-listen")
 }
 
@@ -153,6 +224,6 @@ type Kafka struct {
 
 // Register adds --brokers and --topic to fs.
 func (k *Kafka) Register(fs *pflag.FlagSet) {
-	fs.StringSliceVar(&k.Brokers, "brokers", []string{DefaultBrokers}, "Kafka seed brokers, comma separated host:port")
-	fs.StringVar(&k.Topic, "topic", DefaultTopic, "Kafka topic of KV event records")
+	fs.StringSliceVar(&k.Brokers, "brokers", []string{contract.DefaultKafkaAddr}, "Kafka seed brokers, comma separated host:port")
+	fs.StringVar(&k.Topic, "topic", contract.DefaultTopic, "Kafka topic of KV event records")
 }

@@ -6,21 +6,26 @@ package indexdcmd
 import (
 	"errors"
 	"fmt"
+	"net"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // NewCommand returns `kvindex indexd`.
 func NewCommand() *cobra.Command {
 	var (
-		logFlags  common.Logging
-		etcdFlags common.Etcd
-		ops       common.Ops
-		cfg       = indexd.DefaultConfig()
+		logFlags   common.Logging
+		etcdFlags  common.Etcd
+		ops        common.Ops
+		tlsFlags   common.ServerTLS
+		reflect    bool
+		healthAddr string
+		cfg        = indexd.DefaultConfig()
 	)
 	cmd := &cobra.Command{
 		Use:   "indexd",
@@ -29,7 +34,12 @@ func NewCommand() *cobra.Command {
 index, watches it from there, and answers kvindex.v1.IndexService (Lookup,
 ListEndpoints) over gRPC, with the gRPC health service and reflection on the
 same port. It reports NOT_SERVING until its first list is applied. Run any
-number of replicas; they share nothing but etcd.`,
+number of replicas; they share nothing but etcd.
+
+--tls-cert-file and --tls-key-file serve the API over TLS, and
+--tls-client-ca-file requires client certificates (mutual TLS); the files
+are re-read when they change. --health-listen adds a plaintext port that
+serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
@@ -51,6 +61,16 @@ number of replicas; they share nothing but etcd.`,
 			defer cli.Close()
 			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
+			if cfg.TLS, err = tlsFlags.Config(log.With("component", "indexd-tls")); err != nil {
+				return err
+			}
+			cfg.DisableReflection = !reflect
+			if healthAddr != "" {
+				// Bound here so a busy port names its own flag.
+				if cfg.HealthListener, err = net.Listen("tcp", healthAddr); err != nil {
+					return fmt.Errorf("%w (--health-listen)", err)
+				}
+			}
 			srv, err := indexd.New(cfg)
 			if errors.Is(err, indexd.ErrInvalidConfig) {
 				return err
@@ -62,7 +82,12 @@ number of replicas; they share nothing but etcd.`,
 			if err != nil {
 				return err
 			}
-			log.Info("indexd starting", "grpc", srv.Addr().String(), "metrics", opsSrv.Addr(), "etcd", etcdFlags.Endpoints)
+			health := ""
+			if a := srv.HealthAddr(); a != nil {
+				health = a.String()
+			}
+			log.Info("indexd starting", "grpc", srv.Addr().String(), "tls", tlsFlags.Enabled(), "mtls", tlsFlags.ClientCAFile != "",
+				"health", health, "metrics", opsSrv.Addr(), "etcd", etcdFlags.RedactedEndpoints())
 			g, gctx := errgroup.WithContext(ctx)
 			g.Go(func() error { return srv.Run(gctx) })
 			g.Go(func() error { return opsSrv.Run(gctx) })
@@ -73,8 +98,14 @@ number of replicas; they share nothing but etcd.`,
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
 	ops.Register(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", common.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	tlsFlags.Register(fs)
+	fs.BoolVar(&reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (grpcurl without a .proto)")
+	fs.StringVar(&healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
+	fs.IntVar(&cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
+	fs.IntVar(&cfg.MaxMultiModalItems, "max-multimodal-items", indexd.DefaultMaxMultiModalItems, "most multimodal items one token Lookup may carry")
+	fs.IntVar(&cfg.MaxExtraBytes, "max-extra-bytes", indexd.DefaultMaxExtraBytes, "longest LoRA name, cache salt or multimodal item hash of a token Lookup, in bytes")
 	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
 	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
 	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
@@ -94,11 +125,11 @@ number of replicas; they share nothing but etcd.`,
 	return cmd
 }
 
-// positiveFlags are the flags whose zero or negative value is refused:
-// indexd.Config reads zero as "the default", a flag value must mean what
-// it says.
+// positiveFlags are the flags whose zero or negative value is refused
+// before indexd.Config.Validate would refuse it, so the error names the
+// flag.
 var positiveFlags = []string{
-	"max-hashes", "max-candidates", "max-barrier-records", "max-request-bytes",
+	"max-hashes", "max-tokens", "max-multimodal-items", "max-extra-bytes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 	"progress-interval", "stale-log-after", "max-inflight-blocks",

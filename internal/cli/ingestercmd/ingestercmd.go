@@ -7,12 +7,19 @@ package ingestercmd
 
 import (
 	"context"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/kafkaauth"
+	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // flags are the command's flags beyond the shared ones.
@@ -20,9 +27,12 @@ type flags struct {
 	log   common.Logging
 	etcd  common.Etcd
 	kafka common.Kafka
+	auth  kafkaauth.Config
 	ops   common.Ops
 	// cfg receives the ingester's own flags; run fills in the rest.
 	cfg ingester.Config
+	// mediums are the --medium NAME=TIER changes to the default table.
+	mediums []string
 }
 
 // NewCommand returns `kvindex ingester`.
@@ -42,8 +52,9 @@ effect in fenced, bounded transactions that carry the partition's offset
 	f.log.Register(fs)
 	f.etcd.Register(fs)
 	f.kafka.Register(fs)
+	f.auth.Register(fs)
 	c := &f.cfg
-	fs.StringVar(&c.Group, "group", common.DefaultGroup, "Kafka consumer group the ingesters share")
+	fs.StringVar(&c.Group, "group", contract.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
@@ -59,6 +70,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.MaxTxnsInFlight, "max-txns-in-flight", c.MaxTxnsInFlight, "most block transactions of one partition's window sent without waiting for each other")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most block keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.DropPageSize, "drop-page-size", c.DropPageSize, "most keys one guarded range delete removes")
+	fs.StringArrayVar(&f.mediums, "medium", nil, "NAME=gpu|cpu|disk|none: map the engine medium NAME (matched case-insensitively) to a tier, or with none take it out of the default table; repeatable. Changing the table drops each endpoint written under the old one at its next record")
 	f.ops.Register(fs)
 	return cmd
 }
@@ -67,7 +79,14 @@ func run(ctx context.Context, f *flags) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return err
+	}
 	log, err := f.log.Logger()
+	if err != nil {
+		return err
+	}
+	kopts, err := f.auth.Opts(log)
 	if err != nil {
 		return err
 	}
@@ -81,12 +100,18 @@ func run(ctx context.Context, f *flags) error {
 	}
 	defer cli.Close()
 
+	mediums, err := mediumTable(f.mediums)
+	if err != nil {
+		return err
+	}
 	reg := common.NewRegistry()
 	cfg := f.cfg
+	cfg.Mediums = mediums
 	cfg.Etcd = cli
 	cfg.Keyspace = ks
 	cfg.Brokers = f.kafka.Brokers
 	cfg.Topic = f.kafka.Topic
+	cfg.KafkaOptions = append(cfg.KafkaOptions, kopts...)
 	cfg.Registry = reg
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)
@@ -97,8 +122,9 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ingester starting", "id", cfg.ID, "brokers", f.kafka.Brokers, "topic", f.kafka.Topic, "group", cfg.Group,
-		"etcd", f.etcd.Endpoints, "prefix", ks.Prefix(), "metrics", ops.Addr())
+	log.Info("ingester starting", "id", cfg.ID, "brokers", logging.RedactURLs(f.kafka.Brokers), "topic", f.kafka.Topic, "group", cfg.Group,
+		"kafka_tls", f.auth.TLS(), "kafka_sasl", f.auth.SASLMechanism, "kafka_user", f.auth.SASLUsername,
+		"etcd", f.etcd.RedactedEndpoints(), "etcd_user", f.etcd.Username, "prefix", ks.Prefix(), "metrics", ops.Addr())
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return ops.Run(gctx) })
@@ -108,4 +134,35 @@ func run(ctx context.Context, f *flags) error {
 		return nil // a signal: a clean stop
 	}
 	return err
+}
+
+// mediumTable applies --medium NAME=TIER changes, in order, to the default
+// medium table (DESIGN v1.1). A name is replaced whatever its case: the
+// table matches case-insensitively, so "cpu_tier2=cpu" replaces
+// CPU_TIER2. The error names the flag and the entry.
+func mediumTable(changes []string) (events.MediumMap, error) {
+	m := events.DefaultMediums()
+	for _, c := range changes {
+		name, value, ok := strings.Cut(c, "=")
+		if !ok {
+			return nil, fmt.Errorf("--medium %q: want NAME=gpu|cpu|disk|none", c)
+		}
+		for existing := range m {
+			if strings.EqualFold(existing, name) {
+				delete(m, existing)
+			}
+		}
+		if value == "none" {
+			continue
+		}
+		t, ok := tier.Parse(value)
+		if !ok {
+			return nil, fmt.Errorf("--medium %q: tier %q is not gpu, cpu, disk or none", c, value)
+		}
+		m[name] = t
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("--medium: %w", err)
+	}
+	return m, nil
 }

@@ -2,16 +2,20 @@ package ingestercmd
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
@@ -61,5 +65,47 @@ func TestIngesterCommandRefusesBadTopic(t *testing.T) {
 	err := cmd.ExecuteContext(context.Background())
 	if err == nil || !strings.HasPrefix(err.Error(), "--topic: topic name") {
 		t.Fatalf("error = %v, want one naming --topic", err)
+	}
+}
+
+func TestMediumTable(t *testing.T) {
+	def := events.DefaultMediums()
+	tests := []struct {
+		name    string
+		changes []string
+		want    func(events.MediumMap)
+		err     string
+	}{
+		{name: "none_is_the_default", want: func(events.MediumMap) {}},
+		{name: "add_and_override_any_case", changes: []string{"HBM=gpu", "cpu_tier2=cpu"}, want: func(m events.MediumMap) {
+			m["HBM"] = tier.GPU
+			delete(m, "CPU_TIER2")
+			m["cpu_tier2"] = tier.CPU
+		}},
+		{name: "remove", changes: []string{"remote=none", "EXTERNAL=none"}, want: func(m events.MediumMap) {
+			delete(m, "REMOTE")
+			delete(m, "EXTERNAL")
+		}},
+		{name: "no_equals", changes: []string{"HBM"}, err: `--medium "HBM": want NAME=gpu|cpu|disk|none`},
+		{name: "bad_tier", changes: []string{"HBM=GPU"}, err: `--medium "HBM=GPU": tier "GPU" is not gpu, cpu, disk or none`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := mediumTable(tc.changes)
+			if tc.err != "" {
+				if err == nil || err.Error() != tc.err {
+					t.Fatalf("error = %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := maps.Clone(def)
+			tc.want(want)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Fatalf("table (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

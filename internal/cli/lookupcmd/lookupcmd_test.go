@@ -6,12 +6,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -19,8 +21,10 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/internal/tlsfiles"
 	"github.com/spf13/cobra"
 
 	"google.golang.org/grpc"
@@ -80,7 +84,11 @@ func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op
 			t.Error(err)
 		}
 	})
-	conn, err := grpc.NewClient(srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	healthAddr := srv.Addr()
+	if h := srv.HealthAddr(); h != nil {
+		healthAddr = h // the API port may require TLS; the health port never does
+	}
+	conn, err := grpc.NewClient(healthAddr.String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +133,7 @@ func TestLookupCommand(t *testing.T) {
 	}
 	want := lookupJSON{
 		Endpoints: []matchJSON{
-			{Pod: "vllm-0", Blocks: 2, Tiers: []string{"gpu", "cpu"}},
+			{Pod: "vllm-0", Blocks: 2, BlockSize: 16, Tiers: []string{"gpu", "cpu"}},
 			{Pod: "team-a/vllm 1", DPRank: 1, Blocks: 1, Tiers: []string{"disk"}},
 		},
 		Revision: got.Revision,
@@ -184,8 +192,8 @@ func TestEndpointsCommand(t *testing.T) {
 	}
 	seen := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
 	want := endpointsJSON{Revision: got.Revision, MaxRevision: got.Revision, Endpoints: []endpointJSON{
-		{Model: model, Pod: "team-a/vllm 1", DPRank: 1, DiskBlocks: 1},
-		{Model: model, Pod: "vllm-0", GPUBlocks: 1, CPUBlocks: 1, BlockSize: 16, Partition: 2, LastSeen: &seen},
+		{Model: model, Pod: "team-a/vllm 1", DPRank: 1, DiskBlocks: 1, HashMode: "unspecified"},
+		{Model: model, Pod: "vllm-0", GPUBlocks: 1, CPUBlocks: 1, BlockSize: 16, HashMode: "engine", Partition: 2, LastSeen: &seen},
 	}}
 	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Fatalf("json (-want +got):\n%s", diff)
@@ -212,6 +220,30 @@ func TestLookupCommandArgs(t *testing.T) {
 	_, err := run(t, NewCommand, "--model", model)
 	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "no block hashes") {
 		t.Fatalf("no hashes: %v, want a usage error saying the hashes are missing", err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"hashes_and_tokens", []string{"--model", model, "--tokens", "1,2", "e5068d13bba8906f"}, "not both"},
+		{"lora_without_tokens", []string{"--model", model, "--lora-name", "l", "e5068d13bba8906f"}, "--lora-name goes with --tokens"},
+		{"block_size_without_tokens", []string{"--model", model, "--block-size", "16", "e5068d13bba8906f"}, "--block-size goes with --tokens"},
+		{"bad_token", []string{"--model", model, "--tokens", "1,x"}, `token 2 "x" is not a token id`},
+		{"token_too_big", []string{"--model", model, "--tokens", "4294967296"}, "is not a token id"},
+		{"no_token", []string{"--model", model, "--tokens", " , "}, "holds no token id"},
+		{"missing_file", []string{"--model", model, "--tokens", "@" + dir + "/nope"}, "--tokens @"},
+		{"bad_multimodal", []string{"--model", model, "--tokens", "1", "--multimodal", "img:3"}, "want HASH:OFFSET:LENGTH"},
+		{"zero_length_multimodal", []string{"--model", model, "--tokens", "1", "--multimodal", "img:3:0"}, "length of at least 1"},
+		{"zero_block_size", []string{"--model", model, "--tokens", "1", "--block-size", "0"}, "--block-size must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, NewCommand, tc.args...)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want a usage error containing %q", err, tc.want)
+			}
+		})
 	}
 	for _, args := range [][]string{{"--timeout", "0s"}, {"--timeout", "-1s"}, {"-o", "yaml"}} {
 		if _, err := run(t, NewEndpointsCommand, args...); !errors.Is(err, errUsage) {
@@ -345,5 +377,120 @@ func TestDisplay(t *testing.T) {
 				t.Fatalf("display(%q) = %s, want %s", tc.in, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLookupTokensCommand stores canonical keys (client.TokenKeys) for
+// token-mode endpoints and looks them up by token ids: keyed by the
+// replica (with extras), from a file, and keyed here at --block-size.
+func TestLookupTokensCommand(t *testing.T) {
+	ks := keyspace.Default()
+	toks := []uint32{128000, 9906, 1917, 0, 315, 279, 1917, 13, 5, 6}
+	rec := func(size uint32) string {
+		v, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: size}).Marshal()
+		return string(v)
+	}
+	tok4 := keyspace.Endpoint{Model: model, Pod: "tok-4"}
+	tok2 := keyspace.Endpoint{Model: model, Pod: "tok-2"}
+	lora := keyspace.Endpoint{Model: model, Pod: "tok-lora"}
+	ops := []clientv3.Op{clientv3.OpPut(ks.EndpointKey(tok4), rec(4)), clientv3.OpPut(ks.EndpointKey(tok2), rec(2)), clientv3.OpPut(ks.EndpointKey(lora), rec(4))}
+	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 4) {
+		ops = append(ops, clientv3.OpPut(ks.BlockKey(tok4, tier.GPU, k), "00000000000000aa"))
+	}
+	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 2)[:3] {
+		ops = append(ops, clientv3.OpPut(ks.BlockKey(tok2, tier.CPU, k), "00000000000000bb"))
+	}
+	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks, LoRAName: "sql-lora"}, 4)[:1] {
+		ops = append(ops, clientv3.OpPut(ks.BlockKey(lora, tier.GPU, k), "00000000000000cc"))
+	}
+	addr := startIndexWith(t, nil, ops...)
+	list := "128000,9906,1917,0,315,279,1917,13,5,6"
+	file := t.TempDir() + "/prompt.json"
+	if err := os.WriteFile(file, []byte("[128000, 9906, 1917, 0,\n 315, 279, 1917, 13, 5, 6]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []matchJSON
+	}{
+		{"list", []string{"--tokens", list}, []matchJSON{
+			{Pod: "tok-2", Blocks: 3, BlockSize: 2, Tiers: []string{"cpu", "cpu", "cpu"}},
+			{Pod: "tok-4", Blocks: 2, BlockSize: 4, Tiers: []string{"gpu", "gpu"}},
+		}},
+		{"file", []string{"--tokens", "@" + file}, []matchJSON{
+			{Pod: "tok-2", Blocks: 3, BlockSize: 2, Tiers: []string{"cpu", "cpu", "cpu"}},
+			{Pod: "tok-4", Blocks: 2, BlockSize: 4, Tiers: []string{"gpu", "gpu"}},
+		}},
+		{"lora", []string{"--tokens", list, "--lora-name", "sql-lora"}, []matchJSON{
+			{Pod: "tok-lora", Blocks: 1, BlockSize: 4, Tiers: []string{"gpu"}},
+		}},
+		{"salt_matches_nothing", []string{"--tokens", list, "--cache-salt", "tenant-7"}, nil},
+		{"keyed_here_at_block_size", []string{"--tokens", list, "--block-size", "4"}, []matchJSON{
+			{Pod: "tok-4", Blocks: 2, BlockSize: 4, Tiers: []string{"gpu", "gpu"}},
+		}},
+		{"candidates", []string{"--tokens", list, "--candidate", "tok-4"}, []matchJSON{
+			{Pod: "tok-4", Blocks: 2, BlockSize: 4, Tiers: []string{"gpu", "gpu"}},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, NewCommand, append([]string{"--index", addr, "--model", model, "-o", "json"}, tc.args...)...)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			var got lookupJSON
+			if err := json.Unmarshal([]byte(out), &got); err != nil {
+				t.Fatalf("output is not one JSON object: %v\n%s", err, out)
+			}
+			if diff := gocmp.Diff(tc.want, got.Endpoints, cmpopts.EquateEmpty()); diff != "" {
+				t.Fatalf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+	out, err := run(t, NewCommand, "--index", addr, "--model", model, "--tokens", list)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"BLOCK_SIZE", "TOKENS", "tok-2", "3/5", "6/10", "tok-4", "2/2", "8/10"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestCommandsTLSFlags runs lookup and endpoints against an indexd that
+// requires client certificates: with --tls-ca-file, --tls-cert-file,
+// --tls-key-file (and --tls-server-name for the name the certificate
+// carries) they answer; without a certificate, or in plaintext, they are
+// refused; half a key pair is a usage error.
+func TestCommandsTLSFlags(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcerts.NewCA(t, dir, "kvindex")
+	srv := ca.Issue(t, "indexd", "indexd.kvindex.svc")
+	op := ca.Issue(t, "operator")
+	tlsCfg, err := tlsfiles.Server(tlsfiles.ServerFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, ClientCAFile: ca.File}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startIndexWith(t, func(c *indexd.Config) { c.TLS, c.HealthListenAddr = tlsCfg, "127.0.0.1:0" })
+	good := []string{"--index", addr, "--timeout", "3s", "--tls-ca-file", ca.File, "--tls-cert-file", op.CertFile, "--tls-key-file", op.KeyFile, "--tls-server-name", "indexd.kvindex.svc"}
+	out, err := run(t, NewEndpointsCommand, good...)
+	if err != nil || !strings.Contains(out, "2 endpoints") {
+		t.Fatalf("endpoints over mutual TLS: %v\n%s", err, out)
+	}
+	out, err = run(t, NewCommand, append(good, "--model", model, "e5068d13bba8906f")...)
+	if err != nil || !strings.Contains(out, "vllm-0") {
+		t.Fatalf("lookup over mutual TLS: %v\n%s", err, out)
+	}
+	for name, args := range map[string][]string{
+		"plaintext":      {"--index", addr, "--timeout", "2s"},
+		"no_certificate": {"--index", addr, "--timeout", "2s", "--tls-ca-file", ca.File, "--tls-server-name", "indexd.kvindex.svc"},
+	} {
+		if out, err := run(t, NewEndpointsCommand, args...); !errors.Is(err, client.ErrUnavailable) {
+			t.Errorf("%s: endpoints = %v, want ErrUnavailable\n%s", name, err, out)
+		}
+	}
+	if _, err := run(t, NewEndpointsCommand, "--index", addr, "--tls-cert-file", op.CertFile); !errors.Is(err, errUsage) {
+		t.Errorf("--tls-cert-file without --tls-key-file: %v, want a usage error", err)
 	}
 }

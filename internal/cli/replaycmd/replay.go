@@ -20,6 +20,8 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/replay"
@@ -45,6 +47,8 @@ type flags struct {
 	topic          string
 	barrierTimeout time.Duration
 	output         string
+	kafkaAuth      kafkaauth.Config
+	indexTLS       common.ClientTLS
 }
 
 // NewCommand returns `kvindex replay`.
@@ -62,7 +66,8 @@ differs.
 With neither --brokers nor --index, every file runs on a fresh embedded stack
 (etcd, Kafka, ingester, indexd in this process), so each starts from an empty
 index. With both, files run against that deployment, whose index must not
-already hold the scenarios' models.`,
+already hold the scenarios' models; the --kafka-tls-*, --kafka-sasl-* and
+--tls-* flags then reach its Kafka and indexd as the roles' flags do.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return run(cmd.Context(), cmd.OutOrStdout(), &f, args)
@@ -72,9 +77,11 @@ already hold the scenarios' models.`,
 	f.log.Register(fs)
 	fs.StringSliceVar(&f.brokers, "brokers", nil, "Kafka seed brokers of a running deployment (with --index)")
 	fs.StringVar(&f.index, "index", "", "indexd address of a running deployment (with --brokers)")
-	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic the deployment's ingesters consume")
+	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic the deployment's ingesters consume")
 	fs.DurationVar(&f.barrierTimeout, "barrier-timeout", replay.DefaultBarrierTimeout, "how long a lookup step waits for the records before it")
 	fs.StringVarP(&f.output, "output", "o", "text", "output: text or json (one object per file)")
+	f.kafkaAuth.Register(fs)
+	f.indexTLS.Register(fs)
 	return cmd
 }
 
@@ -87,6 +94,15 @@ func run(ctx context.Context, out io.Writer, f *flags, files []string) error {
 	}
 	if (len(f.brokers) == 0) != (f.index == "") {
 		return &exitError{2, errors.New("--brokers and --index go together (give both to target a deployment, neither for an embedded stack)")}
+	}
+	if len(f.brokers) == 0 && (f.kafkaAuth != (kafkaauth.Config{}) || f.indexTLS != (common.ClientTLS{})) {
+		return &exitError{2, errors.New("the --kafka-tls-*, --kafka-sasl-* and --tls-* flags need --brokers and --index (the embedded stack is plaintext)")}
+	}
+	if err := f.kafkaAuth.Validate(); err != nil {
+		return &exitError{2, err}
+	}
+	if err := (&common.Kafka{Brokers: f.brokers}).ValidateBrokers(); err != nil {
+		return &exitError{2, err}
 	}
 	if f.output != "text" && f.output != "json" {
 		return &exitError{2, fmt.Errorf("--output %q: want text or json", f.output)}
@@ -147,12 +163,26 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 		}()
 		brokers, index = []string{st.KafkaAddr()}, st.GRPCAddr()
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordRetries(10))
+	var kopts []kgo.Opt
+	var copts []client.Option
+	if len(f.brokers) > 0 {
+		log, err := f.log.Logger()
+		if err != nil {
+			return replay.Result{}, err
+		}
+		if kopts, err = f.kafkaAuth.Opts(log); err != nil {
+			return replay.Result{}, err
+		}
+		if copts, err = f.indexTLS.Options(); err != nil {
+			return replay.Result{}, err
+		}
+	}
+	prod, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.RecordRetries(10)}, kopts...)...)
 	if err != nil {
 		return replay.Result{}, err
 	}
 	defer prod.Close()
-	idx, err := client.New(index, client.WithTimeout(f.barrierTimeout+10*time.Second))
+	idx, err := client.New(index, append(copts, client.WithTimeout(f.barrierTimeout+10*time.Second))...)
 	if err != nil {
 		return replay.Result{}, err
 	}
@@ -191,7 +221,11 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 	}
 	fmt.Fprintf(out, "FAIL %s (%s)\n", res.Scenario, s.Path)
 	for _, m := range res.Mismatches {
-		fmt.Fprintf(out, "  line %d: lookup %s of %d hashes", m.Line, m.Model, len(m.Hashes))
+		if m.Tokens != nil {
+			fmt.Fprintf(out, "  line %d: lookup %s of %d tokens (block size %d)", m.Line, m.Model, len(m.Tokens.TokenIDs), m.Tokens.BlockSize)
+		} else {
+			fmt.Fprintf(out, "  line %d: lookup %s of %d hashes", m.Line, m.Model, len(m.Hashes))
+		}
 		if m.Describe != "" {
 			fmt.Fprintf(out, " (%s)", m.Describe)
 		}

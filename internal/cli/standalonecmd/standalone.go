@@ -15,8 +15,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/stack"
 )
 
@@ -30,6 +32,8 @@ type flags struct {
 	topic       string
 	partitions  int32
 	liveness    time.Duration
+	tls         common.ServerTLS
+	reflect     bool
 }
 
 // flagOf names the flag that sets each component's address, for errors.
@@ -45,7 +49,9 @@ func NewCommand() *cobra.Command {
 and one indexd, and prints their addresses. Produce KV-event records to the
 Kafka address (topic kvindex-events), look blocks up with 'kvindex lookup',
 and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
---data-dir, so a restart resumes where it stopped. Ctrl-C stops it cleanly.`,
+--data-dir, so a restart resumes where it stopped. Ctrl-C stops it cleanly.
+--tls-cert-file, --tls-key-file and --tls-client-ca-file serve the gRPC
+listener over TLS or mutual TLS, as indexd does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := common.CheckPositive(cmd.Flags(), "partitions"); err != nil {
@@ -64,11 +70,13 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 	fs.Lookup("log-level").DefValue = "warn"
 	f.log.Level = "warn"
 	fs.StringVar(&f.dataDir, "data-dir", "./kvindex-data", "directory for etcd's data and the Kafka log (kept across restarts)")
-	fs.StringVar(&f.etcdAddr, "etcd-listen", stack.DefaultEtcdAddr, "etcd client host:port")
-	fs.StringVar(&f.kafkaAddr, "kafka-listen", stack.DefaultKafkaAddr, "Kafka broker host:port")
-	fs.StringVar(&f.grpcAddr, "listen", stack.DefaultGRPCAddr, "indexd gRPC host:port")
-	fs.StringVar(&f.metricsAddr, "metrics-listen", stack.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
-	fs.StringVar(&f.topic, "topic", common.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
+	fs.StringVar(&f.etcdAddr, "etcd-listen", contract.DefaultEtcdAddr, "etcd client host:port")
+	fs.StringVar(&f.kafkaAddr, "kafka-listen", contract.DefaultKafkaAddr, "Kafka broker host:port")
+	fs.StringVar(&f.grpcAddr, "listen", contract.DefaultGRPCAddr, "indexd gRPC host:port")
+	f.tls.Register(fs)
+	fs.BoolVar(&f.reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen")
+	fs.StringVar(&f.metricsAddr, "metrics-listen", contract.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
+	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
 	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
 	return cmd
@@ -79,10 +87,15 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	if err != nil {
 		return err
 	}
+	tlsCfg, err := f.tls.Config(log.With("component", "indexd-tls"))
+	if err != nil {
+		return err
+	}
 	s, err := stack.Start(ctx, stack.Config{
 		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
 		Topic: f.topic, Partitions: f.partitions, Logger: log,
 		Ingester: func(c *ingester.Config) { c.LivenessWindow = f.liveness },
+		Indexd:   func(c *indexd.Config) { c.TLS, c.DisableReflection = tlsCfg, !f.reflect },
 	})
 	var ae *stack.AddrError
 	if errors.As(err, &ae) {
@@ -92,7 +105,14 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 		return err
 	}
 	fmt.Fprintf(out, "kafka: %s (topic %s)\n", s.KafkaAddr(), s.Topic())
-	fmt.Fprintf(out, "grpc: %s\n", s.GRPCAddr())
+	switch {
+	case f.tls.ClientCAFile != "":
+		fmt.Fprintf(out, "grpc: %s (mutual TLS)\n", s.GRPCAddr())
+	case tlsCfg != nil:
+		fmt.Fprintf(out, "grpc: %s (TLS)\n", s.GRPCAddr())
+	default:
+		fmt.Fprintf(out, "grpc: %s\n", s.GRPCAddr())
+	}
 	fmt.Fprintf(out, "etcd: %s\n", s.EtcdURL())
 	fmt.Fprintf(out, "metrics: http://%s/metrics\n", s.MetricsAddr())
 	fmt.Fprintf(out, "data: %s\n", f.dataDir)

@@ -23,6 +23,8 @@ func TestFlagsRefused(t *testing.T) {
 		{name: "negative_partitions", args: []string{"--partitions", "-5"}, want: "--partitions must be positive, got -5"},
 		{name: "empty_topic", args: []string{"--topic", ""}, want: "--topic: empty topic name"},
 		{name: "topic_with_space_and_slash", args: []string{"--topic", "bad topic/x"}, want: "--topic: topic name \"bad topic/x\""},
+		{name: "tls_key_without_cert", args: []string{"--tls-key-file", "k.pem"}, want: "--tls-cert-file and --tls-key-file go together"},
+		{name: "client_ca_without_cert", args: []string{"--tls-client-ca-file", "ca.pem"}, want: "--tls-cert-file and --tls-key-file go together"},
 		{name: "topic_too_long", args: []string{"--topic", strings.Repeat("t", 250)}, want: "--topic: topic name is 250 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

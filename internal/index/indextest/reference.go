@@ -20,11 +20,70 @@ type Reference struct {
 	Present map[keyspace.Block]bool
 	Records map[keyspace.Endpoint]bool
 	Offsets map[keyspace.Partition]int64
+	// Meta holds what the reference knows of endpoint records' contents;
+	// optional (a test that leaves it empty gets matches with BlockSize 0
+	// and no token-mode endpoint). An entry counts only while Records
+	// holds the endpoint.
+	Meta map[keyspace.Endpoint]Meta
+}
+
+// Meta is the part of an endpoint record the reference models.
+type Meta struct {
+	BlockSize uint32
+	HashMode  keyspace.HashMode
 }
 
 // NewReference returns an empty reference.
 func NewReference() *Reference {
-	return &Reference{Present: map[keyspace.Block]bool{}, Records: map[keyspace.Endpoint]bool{}, Offsets: map[keyspace.Partition]int64{}}
+	return &Reference{Present: map[keyspace.Block]bool{}, Records: map[keyspace.Endpoint]bool{}, Offsets: map[keyspace.Partition]int64{},
+		Meta: map[keyspace.Endpoint]Meta{}}
+}
+
+// meta is ep's record contents, zero without a record.
+func (r *Reference) meta(ep keyspace.Endpoint) Meta {
+	if !r.Records[ep] {
+		return Meta{}
+	}
+	return r.Meta[ep]
+}
+
+// LookupTokens is index.Index.LookupTokens's answer computed the slow
+// way: every endpoint of model (or of candidates, when non-nil) whose
+// record says token mode with a block size is matched against keys(size)
+// on its own; ok is false when those endpoints have more than
+// index.MaxTokenBlockSizes sizes.
+func (r *Reference) LookupTokens(model string, keys func(blockSize int) []uint64, candidates []keyspace.Endpoint) (out []index.Match, ok bool) {
+	eps := map[keyspace.Endpoint]bool{}
+	if candidates != nil {
+		for _, c := range candidates {
+			c.Model = model
+			eps[c] = true
+		}
+	} else {
+		for ep := range r.Records {
+			if ep.Model == model {
+				eps[ep] = true
+			}
+		}
+	}
+	sizes := map[uint32]bool{}
+	for ep := range eps {
+		m := r.meta(ep)
+		if m.HashMode != keyspace.HashModeToken || m.BlockSize == 0 {
+			delete(eps, ep)
+			continue
+		}
+		sizes[m.BlockSize] = true
+	}
+	if len(sizes) > index.MaxTokenBlockSizes {
+		return nil, false
+	}
+	for ep := range eps {
+		size := r.meta(ep).BlockSize
+		out = append(out, r.Lookup(model, keys(int(size)), []keyspace.Endpoint{ep})...)
+	}
+	SortMatches(out)
+	return out, true
 }
 
 // Lookup is index.Index.Lookup's answer computed the slow way: per
@@ -65,7 +124,7 @@ func (r *Reference) Lookup(model string, hashes []uint64, candidates []keyspace.
 			ts = append(ts, best)
 		}
 		if len(ts) > 0 {
-			out = append(out, index.Match{Endpoint: ep, Blocks: len(ts), Tiers: ts})
+			out = append(out, index.Match{Endpoint: ep, Blocks: len(ts), Tiers: ts, BlockSize: r.meta(ep).BlockSize})
 		}
 	}
 	SortMatches(out)
@@ -74,7 +133,7 @@ func (r *Reference) Lookup(model string, hashes []uint64, candidates []keyspace.
 
 // Endpoints is index.Index.ListEndpoints's answer for model (every model
 // when empty) without the fields taken from records (LastSeen, BlockSize,
-// Partition), which the reference does not keep.
+// Partition, HashMode), which the reference does not keep.
 func (r *Reference) Endpoints(model string) []index.EndpointInfo {
 	infos := map[keyspace.Endpoint]*index.EndpointInfo{}
 	get := func(ep keyspace.Endpoint) *index.EndpointInfo {

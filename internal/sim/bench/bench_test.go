@@ -206,7 +206,11 @@ func BenchmarkGRPCLookup(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer replica.stop()
+	defer func() {
+		if err := replica.stop(); err != nil {
+			b.Error(err)
+		}
+	}()
 	replica.srv.ServeIndex(f.ix)
 	g, err := NewGRPCCalls(ctx, replica.srv.Addr().String(), shapeModel, f.prompts)
 	if err != nil {

@@ -262,7 +262,7 @@ func timeGet(ctx context.Context, node *etcdNode, ks keyspace.Keyspace, n int, o
 
 // timeReady times a fresh replica from New to SERVING, checks it holds n
 // entries, and returns that time and its heap per entry.
-func timeReady(ctx context.Context, node *etcdNode, n int, log *slog.Logger) (time.Duration, float64, error) {
+func timeReady(ctx context.Context, node *etcdNode, n int, log *slog.Logger) (_ time.Duration, _ float64, err error) {
 	cli, err := node.client()
 	if err != nil {
 		return 0, 0, err
@@ -279,7 +279,11 @@ func timeReady(ctx context.Context, node *etcdNode, n int, log *slog.Logger) (ti
 		return 0, 0, err
 	}
 	d := time.Since(began)
-	defer r.stop()
+	defer func() {
+		if serr := r.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
 	heap := float64(int64(LiveHeap())-int64(before)) / float64(n)
 	c, err := client.New(r.srv.Addr().String())
 	if err != nil {

@@ -11,7 +11,7 @@
 // ("Performance goals"); BENCHMARKS.md records them with the commands.
 //
 // The workload comes from a request trace (Mooncake's conversation trace,
-// bundled as testdata/mooncake/conversation_trace.jsonl): internal/fleetsim
+// bundled as testdata/mooncake/conversation_trace.jsonl): internal/sim/fleetsim
 // serves it on a simulated fleet of LRU GPU+CPU caches and emits the vLLM
 // KV-event batches they would publish (BuildStream); Lookup and cold-start
 // indexes hold (block, endpoint, tier) entries of salted copies of the
@@ -20,4 +20,7 @@
 // Everything runs in this process: embedded etcd (fsync off), franz-go's
 // kfake broker, ingesters and indexd replicas, all sharing the machine's
 // cores with the load generator, as BENCHMARKS.md states.
+//
+// Not production code (internal/sim): the binary links it only for the
+// `kvindex bench` command.
 package bench

@@ -379,7 +379,7 @@ func (c *LookupConfig) defaults() error {
 // request against the bare map probe (LookupCost), and gRPC Lookup over
 // loopback from a replica serving that index (GRPCLookup). One indexd on
 // an empty embedded etcd serves each index in turn (indexd.ServeIndex).
-func RunLookup(ctx context.Context, cfg LookupConfig) ([]*LookupResult, error) {
+func RunLookup(ctx context.Context, cfg LookupConfig) (_ []*LookupResult, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
@@ -396,7 +396,11 @@ func RunLookup(ctx context.Context, cfg LookupConfig) ([]*LookupResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer replica.stop()
+	defer func() {
+		if serr := replica.stop(); serr != nil && err == nil {
+			err = serr
+		}
+	}()
 	ks := keyspace.Default()
 	var out []*LookupResult
 	for _, n := range cfg.Entries {

@@ -63,7 +63,7 @@ type Stream struct {
 }
 
 // BuildStream serves cfg.Requests requests of trace round-robin on a
-// simulated fleet (internal/fleetsim: an LRU GPU cache per endpoint with an
+// simulated fleet (internal/sim/fleetsim: an LRU GPU cache per endpoint with an
 // LRU CPU tier behind it) and returns the batches its caches emit, one per
 // request that changed something (a request served entirely from GPU emits
 // nothing), with batch timestamps one millisecond apart from now.

@@ -28,12 +28,14 @@ func TestBatchDecodes(t *testing.T) {
 	want := events.Batch{
 		TS: 1733000000.25, Rank: 3, HasRank: true,
 		Events: []events.Event{
-			{Type: events.BlockStored, Index: 0, BlockHashes: []uint64{0xfedcba9876543210, 2}, TokenIDs: []int64{1, 2, 3, 4}, BlockSize: 2, Tier: tier.GPU},
-			{Type: events.BlockStored, Index: 1, BlockHashes: []uint64{3}, ParentHash: 2, HasParent: true, Medium: "CPU", Tier: tier.CPU, LoraName: "adapter"},
+			{Type: events.BlockStored, Index: 0, BlockHashes: []uint64{0xfedcba9876543210, 2}, TokenIDs: []int64{1, 2, 3, 4}, BlockSize: 2, Tier: tier.GPU, KVCacheSpecKind: specKind},
+			{Type: events.BlockStored, Index: 1, BlockHashes: []uint64{3}, ParentHash: 2, HasParent: true, Medium: "CPU", Tier: tier.CPU, LoraName: "adapter", KVCacheSpecKind: specKind},
 			{Type: events.BlockRemoved, Index: 2, BlockHashes: []uint64{2}, Medium: "GPU", Tier: tier.GPU},
+			// The decoder keeps every KV-cache group (DESIGN v1.1): which
+			// one an endpoint indexes is the ingester's rule.
+			{Type: events.BlockStored, Index: 3, BlockHashes: []uint64{9}, Tier: tier.GPU, GroupIdx: 1, KVCacheSpecKind: specKind},
 			{Type: events.AllBlocksCleared, Index: 4},
 		},
-		Skipped: []events.Skip{{Index: 3, Tag: "BlockStored", Reason: events.SkipOtherGroup}},
 	}
 	for _, tc := range []struct {
 		name string

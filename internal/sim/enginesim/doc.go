@@ -30,4 +30,7 @@
 // never stopped by Close and their readers block on an unguarded channel
 // send, which goleak reports; every goroutine here is owned by the Engine
 // and stopped by Close.
+//
+// Not production code (internal/sim): the bridge tests, the e2e tests
+// and `kvindex bridge`'s own tests use it; nothing in the binary does.
 package enginesim

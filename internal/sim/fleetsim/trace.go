@@ -10,6 +10,9 @@
 // offloading: a block evicted from the GPU is removed there and stored in the
 // CPU tier (an offload placeholder: no tokens, block size 0); a CPU hit is
 // loaded back into the GPU. Requests are routed round-robin.
+//
+// Not production code (internal/sim): only the `kvindex bench` workloads
+// and tests use it.
 package fleetsim
 
 import (

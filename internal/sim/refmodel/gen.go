@@ -59,15 +59,34 @@ type genEngine struct {
 	ts         float64
 	stored     []uint64
 	sent       []Record
+	// groups are the kv_cache_spec_kind of each KV-cache group (nil: the
+	// engine sends no kind).
+	groups []any
+}
+
+// groupProfiles are the KV-cache group layouts engines are given in turn:
+// a plain model with and without spec kinds, a hybrid model whose
+// attention group comes after three mamba groups, one with a sliding-window
+// group before its attention group, and one with sliding-window groups
+// only (it never leaves provisional group 0).
+var groupProfiles = [][]any{
+	{"full_attention"},
+	{nil},
+	{"mamba", "mamba", "mamba", "mla_attention"},
+	{"sliding_window", "full_attention"},
+	{"sliding_window", "sliding_window"},
 }
 
 // Generate returns a seeded random record stream exercising every rule of
-// docs/semantics.md: stores (chained prefixes, every tier, every hash
-// encoding, both event encodings), removals (of stored and unknown blocks),
-// clears, heartbeats, resyncs, goodbyes, replayed duplicates, engine
-// restarts, sequence gaps, endpoints that send no seq, and garbage (bad
-// bytes, truncated batches, bad headers, rank mismatches, unknown kinds,
-// unknown mediums, other KV-cache groups).
+// docs/semantics.md: stores (chained prefixes, every medium name of the
+// default table in several spellings, every hash encoding, both event
+// encodings, array and map batches), removals (of stored and unknown
+// blocks, some naming only their group), clears and tier clears (both
+// encodings, with and without a medium), hybrid endpoints (the group
+// profiles above), heartbeats, resyncs, goodbyes, replayed duplicates,
+// engine restarts, sequence gaps, endpoints that send no seq, and garbage
+// (bad bytes, truncated batches, bad headers, rank mismatches, unknown
+// kinds, unknown mediums).
 func Generate(cfg GenConfig) []Record {
 	cfg.defaults()
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Seed^0x9e3779b97f4a7c15))
@@ -85,6 +104,7 @@ func Generate(cfg GenConfig) []Record {
 				rank:   r,
 				useSeq: p%3 != 2, // every third pod's producer sends no seq
 				ts:     1.7e9 + float64(p),
+				groups: groupProfiles[(p+r)%len(groupProfiles)],
 			})
 		}
 	}
@@ -169,7 +189,18 @@ func (g *generator) batch(e *genEngine) Record {
 		h["seq"] = strconv.FormatUint(e.seq, 10)
 		e.seq++
 	}
-	r := Record{Key: e.pod, Headers: h, Value: mustMarshal([]any{ts, evs, rank}), Time: g.now}
+	var batch any = []any{ts, evs, rank}
+	switch rng.IntN(6) {
+	case 0: // a map batch (vLLM's newest EventBatch), rank omitted when nil
+		m := map[string]any{"ts": ts, "events": evs}
+		if rank != nil {
+			m["data_parallel_rank"] = rank
+		}
+		batch = m
+	case 1: // a map batch with a nil rank and a key from the future
+		batch = map[string]any{"ts": ts, "events": evs, "data_parallel_rank": rank, "schema_version": 2}
+	}
+	r := Record{Key: e.pod, Headers: h, Value: mustMarshal(batch), Time: g.now}
 	e.sent = append(e.sent, r)
 	if len(e.sent) > 16 {
 		e.sent = e.sent[1:]
@@ -177,7 +208,9 @@ func (g *generator) batch(e *genEngine) Record {
 	return r
 }
 
-var mediums = []any{nil, "GPU", "CPU", "CPU_TIER1", "CPU_TIER2", "Disk", "DISK"}
+// mediums are the medium names events carry: every name of the default
+// table, some in other spellings (matched case-insensitively).
+var mediums = []any{nil, "GPU", "gpu", "DEVICE", "CPU", "cpu", "CPU_PINNED", "CPU_TIER1", "CPU_TIER2", "Disk", "DISK", "NVME", "STORAGE", "EXTERNAL", "remote"}
 
 func (g *generator) hash(model string, i int) uint64 {
 	// Distinct per model, stable per (model, i), spread over 64 bits.
@@ -205,12 +238,26 @@ func (g *generator) wireHash(h uint64) any {
 func (g *generator) event(e *genEngine, arrays bool) any {
 	rng := g.rng
 	medium := mediums[rng.IntN(len(mediums))]
+	group := rng.IntN(len(e.groups))
+	if len(e.groups) > 1 && rng.IntN(3) == 0 {
+		// Hybrid engines store in every group; lean towards the last
+		// (attention, when there is one) so the index has blocks.
+		group = len(e.groups) - 1
+	}
 	switch x := rng.IntN(100); {
-	case x < 3:
+	case x < 2:
 		if arrays {
 			return []any{"AllBlocksCleared"}
 		}
 		return map[string]any{"type": "AllBlocksCleared"}
+	case x < 4: // a tier clear, medium nil (gpu) or named
+		if arrays {
+			if medium == nil && rng.IntN(2) == 0 {
+				return []any{"TierBlocksCleared"}
+			}
+			return []any{"TierBlocksCleared", medium}
+		}
+		return map[string]any{"type": "TierBlocksCleared", "medium": medium}
 	case x < 35: // removal of stored blocks (or unknown ones)
 		k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
 		hs := make([]any, 0, k)
@@ -223,15 +270,24 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 			}
 			hs = append(hs, g.wireHash(h))
 		}
-		if arrays {
-			return []any{"BlockRemoved", hs, medium}
+		// Removals carry only group_idx (no kind); group 0 is sometimes
+		// left out (nil).
+		var gi any = group
+		if group == 0 && rng.IntN(2) == 0 {
+			gi = nil
 		}
-		return map[string]any{"type": "BlockRemoved", "block_hashes": hs, "medium": medium, "group_idx": 0}
+		if arrays {
+			if gi == nil {
+				return []any{"BlockRemoved", hs, medium}
+			}
+			return []any{"BlockRemoved", hs, medium, gi}
+		}
+		return map[string]any{"type": "BlockRemoved", "block_hashes": hs, "medium": medium, "group_idx": gi}
 	case x < 37: // an event the decoder must skip alone
 		if rng.IntN(2) == 0 {
 			return map[string]any{"type": "BlockStored", "block_hashes": []any{g.hash(e.model, 0)}, "medium": "HBM"}
 		}
-		return map[string]any{"type": "BlockStored", "block_hashes": []any{g.hash(e.model, 1)}, "medium": "GPU", "group_idx": 1}
+		return map[string]any{"type": "TierBlocksCleared", "medium": "HBM"}
 	}
 	// A store of a chained run of blocks.
 	k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
@@ -256,10 +312,14 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 	if len(tokens) == 0 {
 		bs = 0 // offload placeholder
 	}
+	kind := e.groups[group]
 	if arrays {
-		return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil}
+		if group == 0 && kind == nil {
+			return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil}
+		}
+		return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil, nil, group, kind}
 	}
-	return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": tokens, "block_size": bs, "lora_id": nil, "medium": medium, "lora_name": nil, "group_idx": 0}
+	return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": tokens, "block_size": bs, "lora_id": nil, "medium": medium, "lora_name": nil, "group_idx": group, "kv_cache_spec_kind": kind}
 }
 
 // garbage returns a record the pipeline must skip whole.

@@ -5,8 +5,14 @@
 // seeded random record stream to it and to the real pipeline and compare
 // what each says is present; a difference is a bug in one of them.
 //
+// The v1.1 rules are in too: tier clears, the indexed KV-cache group of
+// each endpoint, and the drop of an endpoint written under another medium
+// map (Remap).
+//
 // It is deliberately written independently of the ingester: it shares only
 // the wire decoder (internal/events) and the key types (internal/keyspace).
+//
+// Not production code (internal/sim): only tests and benchmarks import it.
 package refmodel
 
 import (
@@ -65,13 +71,15 @@ type Config struct {
 }
 
 // Model is the reference state: which (endpoint, tier, block) are present,
-// and each endpoint's sequence and liveness state. Not safe for concurrent
-// use.
+// and each endpoint's sequence, liveness, indexed group and medium-map
+// state. Not safe for concurrent use.
 type Model struct {
 	cfg       Config
 	dec       *events.Decoder
+	mediums   string // the fingerprint of the medium map in use
 	endpoints map[keyspace.Endpoint]*endpoint
 	clock     time.Time
+	skipped   map[string]int
 }
 
 type blockID struct {
@@ -85,11 +93,53 @@ type endpoint struct {
 	ts          float64
 	incarnation string
 	last        time.Time
+	// group is the KV-cache group indexed; provisional (group 0) until an
+	// attention store fixes it (groupSet).
+	group    int64
+	groupSet bool
+	// mediums is the fingerprint of the medium map the endpoint was
+	// written under.
+	mediums string
 }
 
 // New returns an empty model.
 func New(cfg Config) *Model {
-	return &Model{cfg: cfg, dec: events.NewDecoder(cfg.Mediums), endpoints: map[keyspace.Endpoint]*endpoint{}}
+	m := &Model{cfg: cfg, endpoints: map[keyspace.Endpoint]*endpoint{}, skipped: map[string]int{}}
+	m.Remap(cfg.Mediums)
+	return m
+}
+
+// Remap switches the model to another medium map (nil: the default), as an
+// ingester restarted with another map would be: from now on records decode
+// through it, and an endpoint written under a map with another fingerprint
+// loses its blocks, as by resync, before its next record applies (DESIGN
+// v1.1). An endpoint that sends nothing more keeps its blocks.
+func (m *Model) Remap(mediums events.MediumMap) {
+	if mediums == nil {
+		mediums = events.DefaultMediums()
+	}
+	m.dec = events.NewDecoder(mediums)
+	m.mediums = mediums.Fingerprint()
+}
+
+// SkippedEvents returns how many decoded events Apply skipped, by the
+// ingester's metric label (unknown_type, invalid_event, unknown_medium,
+// other_group); a fresh map.
+func (m *Model) SkippedEvents() map[string]int {
+	out := make(map[string]int, len(m.skipped))
+	for k, v := range m.skipped {
+		out[k] = v
+	}
+	return out
+}
+
+// remapped drops the blocks of ep when it was written under another medium
+// map, and records the current one.
+func (m *Model) remapped(st *endpoint) {
+	if st.mediums != m.mediums {
+		clear(st.blocks)
+		st.mediums = m.mediums
+	}
 }
 
 // Apply interprets one record and returns Applied or the reason it was
@@ -125,10 +175,13 @@ func (m *Model) Apply(r Record) string {
 			delete(m.endpoints, ep)
 		case "resync":
 			if st := m.endpoints[ep]; st != nil {
+				m.remapped(st)
 				clear(st.blocks)
 			}
 		case "heartbeat":
-			m.state(ep).last = m.clock
+			st := m.state(ep)
+			m.remapped(st)
+			st.last = m.clock
 		}
 		return Applied
 	}
@@ -150,21 +203,33 @@ func (m *Model) Apply(r Record) string {
 	if hasRankHeader && uint64(batch.Rank) != rank {
 		return SkipRankMismatch
 	}
+	for _, s := range batch.Skipped {
+		m.skipped[s.Reason.String()]++
+	}
 	ep := keyspace.Endpoint{Model: model, Pod: r.Key, Rank: batch.Rank}
 	st := m.state(ep)
+	m.remapped(st)
 	st.last = m.clock
 
 	if hasSeq {
 		inc := r.Headers["incarnation"]
+		newProcess := func() {
+			// Semantics 7's new engine process: its groups are learned
+			// afresh.
+			clear(st.blocks)
+			st.group, st.groupSet = 0, false
+		}
 		switch {
 		case inc != "" && st.incarnation != "" && inc != st.incarnation:
-			clear(st.blocks)
+			newProcess()
 		case st.seq == nil:
 			clear(st.blocks)
 		case seq == *st.seq+1:
 		case seq <= *st.seq && batch.TS <= st.ts:
 			return SkipDuplicate
-		default: // an older seq with a newer ts (restart), or a gap
+		case seq <= *st.seq: // an older seq with a newer ts: a restart
+			newProcess()
+		default: // a gap
 			clear(st.blocks)
 		}
 		s := seq
@@ -173,21 +238,54 @@ func (m *Model) Apply(r Record) string {
 			st.incarnation = inc
 		}
 	}
+	if !st.groupSet {
+		// The first attention store of the batch, in event order, fixes
+		// the group before any event of the batch applies; leaving
+		// provisional group 0 for another group drops what group 0 left.
+		for _, ev := range batch.Events {
+			if ev.Attention() {
+				st.group, st.groupSet = ev.GroupIdx, true
+				if ev.GroupIdx != 0 {
+					clear(st.blocks)
+				}
+				break
+			}
+		}
+	}
 	for _, ev := range batch.Events {
 		switch ev.Type {
-		case events.BlockStored:
-			for _, h := range ev.BlockHashes {
-				st.blocks[blockID{ev.Tier, h}] = struct{}{}
+		case events.BlockStored, events.BlockRemoved:
+			if ev.GroupIdx != st.group {
+				m.skipped[events.SkipOtherGroup.String()]++
+				continue
 			}
-		case events.BlockRemoved:
 			for _, h := range ev.BlockHashes {
-				delete(st.blocks, blockID{ev.Tier, h})
+				if ev.Type == events.BlockStored {
+					st.blocks[blockID{ev.Tier, h}] = struct{}{}
+				} else {
+					delete(st.blocks, blockID{ev.Tier, h})
+				}
 			}
 		case events.AllBlocksCleared:
 			clear(st.blocks)
+		case events.TierBlocksCleared:
+			for b := range st.blocks {
+				if b.tier == ev.Tier {
+					delete(st.blocks, b)
+				}
+			}
 		}
 	}
 	return Applied
+}
+
+// Group returns the KV-cache group ep indexes, and whether an attention
+// store has fixed it (false: provisional group 0, or ep unknown).
+func (m *Model) Group(ep keyspace.Endpoint) (group int64, set bool) {
+	if st := m.endpoints[ep]; st != nil {
+		return st.group, st.groupSet
+	}
+	return 0, false
 }
 
 // Expire drops, as by goodbye, every endpoint whose last batch or heartbeat
@@ -210,7 +308,7 @@ func (m *Model) Expire(now time.Time) {
 func (m *Model) state(ep keyspace.Endpoint) *endpoint {
 	st := m.endpoints[ep]
 	if st == nil {
-		st = &endpoint{blocks: map[blockID]struct{}{}, last: m.clock}
+		st = &endpoint{blocks: map[blockID]struct{}{}, last: m.clock, mediums: m.mediums}
 		m.endpoints[ep] = st
 	}
 	return st

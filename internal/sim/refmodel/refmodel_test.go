@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/tier"
@@ -232,6 +233,49 @@ func TestGenerateCoversEveryRule(t *testing.T) {
 	}
 	if len(m.Blocks()) == 0 {
 		t.Fatalf("seed %d: nothing present at the end", seed)
+	}
+	// The v1.1 shapes: map batches, tier clears, every group profile.
+	dec := events.NewDecoder(nil)
+	shapes := map[string]int{}
+	for _, r := range a {
+		if len(r.Value) == 0 {
+			continue
+		}
+		if r.Value[0]&0xf0 == 0x80 {
+			shapes["map_batch"]++
+		}
+		bt, err := dec.Decode(r.Value)
+		if err != nil {
+			continue
+		}
+		for _, ev := range bt.Events {
+			shapes[ev.Type.String()]++
+			if ev.GroupIdx > 0 {
+				shapes["group>0"]++
+			}
+		}
+	}
+	groups := map[[2]int64]int{}
+	for _, ep := range m.Endpoints() {
+		g, set := m.Group(ep)
+		k := [2]int64{g, 0}
+		if set {
+			k[1] = 1
+		}
+		groups[k]++
+	}
+	for _, k := range []string{"map_batch", "TierBlocksCleared", "AllBlocksCleared", "BlockRemoved", "group>0"} {
+		if shapes[k] == 0 {
+			t.Errorf("seed %d: no %s in the stream (%v)", seed, k, shapes)
+		}
+	}
+	for _, k := range [][2]int64{{0, 0}, {0, 1}, {1, 1}, {3, 1}} {
+		if groups[k] == 0 {
+			t.Errorf("seed %d: no endpoint left with group %d (set %d) (%v)", seed, k[0], k[1], groups)
+		}
+	}
+	if sk := m.SkippedEvents(); sk["other_group"] == 0 || sk["unknown_medium"] == 0 {
+		t.Errorf("seed %d: skipped events %v, want other_group and unknown_medium", seed, sk)
 	}
 	tiers := map[tier.Tier]bool{}
 	for _, bl := range m.Blocks() {

@@ -6,12 +6,19 @@ package stacktest
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/internal/stack"
 )
 
-// Start runs a fresh stack for the test. tune, when given, adjusts the
-// config after the test defaults are set.
+// readyTimeout bounds how long Start waits for the stack to be ready; a
+// loaded 2-core machine under -race can take tens of seconds.
+const readyTimeout = 90 * time.Second
+
+// Start runs a fresh stack for the test and returns once it is ready (the
+// ingester consumes and indexd serves its first snapshot), so a test's
+// first Lookup never meets "index not loaded yet". tune, when given,
+// adjusts the config after the test defaults are set.
 func Start(t testing.TB, tune ...func(*stack.Config)) *stack.Stack {
 	t.Helper()
 	cfg := stack.Config{
@@ -35,5 +42,17 @@ func Start(t testing.TB, tune ...func(*stack.Config)) *stack.Stack {
 			t.Errorf("stack: %v", err)
 		}
 	})
+	deadline := time.Now().Add(readyTimeout)
+	for err := s.Ready(); err != nil; err = s.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatalf("stack not ready after %v: %v", readyTimeout, err)
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("stack stopped before it was ready: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	return s
 }

@@ -36,11 +36,14 @@ type Tier int32
 const (
 	// TIER_UNSPECIFIED is never returned for a matched block.
 	Tier_TIER_UNSPECIFIED Tier = 0
-	// TIER_GPU is accelerator memory (the engine's medium "GPU" or none).
+	// TIER_GPU is accelerator memory (the engine's medium none, "GPU" or
+	// "DEVICE"; mediums match case-insensitively).
 	Tier_TIER_GPU Tier = 1
-	// TIER_CPU is host memory (mediums "CPU", "CPU_TIER1", "CPU_TIER2").
+	// TIER_CPU is host memory (mediums "CPU", "CPU_PINNED", "CPU_TIER1").
 	Tier_TIER_CPU Tier = 2
-	// TIER_DISK is local or remote disk (mediums "Disk", "DISK").
+	// TIER_DISK is storage behind host memory: local disk, NVMe, remote or
+	// external stores (mediums "CPU_TIER2", SGLang HiCache's L3, "DISK",
+	// "NVME", "STORAGE", "EXTERNAL", "REMOTE").
 	Tier_TIER_DISK Tier = 3
 )
 

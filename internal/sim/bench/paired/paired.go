@@ -3,6 +3,8 @@
 // rule: a benchmark reports a ratio against a reference measured in the
 // same run). It has no dependencies beyond the standard library, so any
 // package's benchmarks can use it.
+//
+// Not production code (internal/sim): only benchmarks import it.
 package paired
 
 import (

@@ -1,0 +1,139 @@
+package common
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/internal/testutil"
+)
+
+func TestEtcdEndpointChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		etcd    Etcd
+		wantErr string
+	}{
+		{name: "plaintext", etcd: Etcd{Endpoints: []string{"http://h:2379"}}},
+		{name: "tls", etcd: Etcd{Endpoints: []string{"https://h:2379"}, CACert: "ca.pem"}},
+		{name: "https_with_system_roots", etcd: Etcd{Endpoints: []string{"https://h:2379"}}},
+		{name: "no_scheme_follows_flags", etcd: Etcd{Endpoints: []string{"h:2379"}, CACert: "ca.pem"}},
+		{name: "cacert_with_http", etcd: Etcd{Endpoints: []string{"http://h:2379"}, CACert: "ca.pem"}, wantErr: "--etcd-cacert, --etcd-cert or --etcd-key given, but endpoint http://h:2379 is plaintext"},
+		{name: "client_cert_with_http", etcd: Etcd{Endpoints: []string{"https://a:2379", "http://b:2379"}, Cert: "c", Key: "k"}, wantErr: "mixes plaintext http://b:2379 and TLS https://a:2379"},
+		{name: "mixed_schemes", etcd: Etcd{Endpoints: []string{"http://a:2379", "https://b:2379"}}, wantErr: "mixes"},
+		{name: "credentials_in_url", etcd: Etcd{Endpoints: []string{"https://alice:s3cret@h:2379"}}, wantErr: "https://REDACTED@h:2379 carries credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.etcd.checkEndpoints()
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("checkEndpoints = %v, want %q", err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "s3cret") {
+				t.Fatalf("the error shows the password: %v", err)
+			}
+		})
+	}
+}
+
+func TestEtcdClientRefusesBeforeDialling(t *testing.T) {
+	// The scheme check runs first: a TLS flag with an http:// endpoint
+	// never reaches the network (the CA file does not even exist).
+	e := Etcd{Endpoints: []string{"http://127.0.0.1:1"}, CACert: filepath.Join(t.TempDir(), "missing.pem"), DialTimeout: time.Second}
+	if _, err := e.Client(context.Background(), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "is plaintext") {
+		t.Fatalf("Client = %v, want the scheme refusal", err)
+	}
+}
+
+func TestEtcdPasswordFile(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		etcd    Etcd
+		want    string
+		wantErr string
+	}{
+		{name: "none", etcd: Etcd{}},
+		{name: "trailing_newline_dropped", etcd: Etcd{Username: "u", PasswordFile: write("a", "pa ss\n")}, want: "pa ss"},
+		{name: "crlf_dropped", etcd: Etcd{Username: "u", PasswordFile: write("b", "pw\r\n")}, want: "pw"},
+		{name: "only_one_newline_dropped", etcd: Etcd{Username: "u", PasswordFile: write("c", "pw\n\n")}, want: "pw\n"},
+		{name: "empty", etcd: Etcd{Username: "u", PasswordFile: write("d", "\n")}, wantErr: "empty password"},
+		{name: "missing", etcd: Etcd{Username: "u", PasswordFile: filepath.Join(dir, "nope")}, wantErr: "--etcd-password-file"},
+		{name: "user_without_file", etcd: Etcd{Username: "u"}, wantErr: "go together"},
+		{name: "file_without_user", etcd: Etcd{PasswordFile: write("e", "pw")}, wantErr: "go together"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := tc.etcd.password()
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) || got != tc.want {
+				t.Fatalf("password = %q, %v; want %q, %q", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestEtcdWrongPasswordNotShown dials an etcd with auth on using a wrong
+// password: the error and every log line of the client leave it out.
+func TestEtcdWrongPasswordNotShown(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, step := range []func() error{
+		func() error { _, err := e.Client.UserAdd(ctx, "root", "root-password"); return err },
+		func() error { _, err := e.Client.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := e.Client.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const secret = "not-the-root-password-51b7"
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte(secret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	f := Etcd{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Username: "root", PasswordFile: pw}
+	cli, err := f.Client(ctx, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	if err == nil {
+		_, err = cli.Get(ctx, "/kvindex/")
+		cli.Close()
+	}
+	if err == nil {
+		t.Fatal("a wrong password was accepted")
+	}
+	if strings.Contains(err.Error()+logs.String(), secret) {
+		t.Fatalf("the password shows: %v\n%s", err, logs.String())
+	}
+}
+
+func TestValidateBrokers(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		brokers []string
+		wantErr string
+	}{
+		{name: "plain", brokers: []string{"b-0:9092", "b-1:9093"}},
+		{name: "credentials", brokers: []string{"b-0:9092", "alice:kpw@b-1:9092"}, wantErr: "REDACTED@b-1:9092 carries credentials"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := (&Kafka{Brokers: tc.brokers}).ValidateBrokers()
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("ValidateBrokers = %v, want %q", err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "kpw") {
+				t.Fatalf("the error shows the password: %v", err)
+			}
+		})
+	}
+}

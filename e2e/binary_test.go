@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"syscall"
@@ -254,16 +255,23 @@ func TestStandaloneBinary(t *testing.T) {
 		}
 	}
 
-	p01 := fixture(t, "p01_shared_prefix.jsonl")
-	out, errOut, code := run(t, "replay", "--brokers", s.kafka, "--index", s.grpc, p01)
+	// The README tour: standalone runs in token mode (the default), so an
+	// engine-hash fixture is refused before anything of it is produced,
+	// and a token-mode one replays.
+	scenarios := filepath.Dir(fixtures(t)[0])
+	out, errOut, code := run(t, "replay", "--brokers", s.kafka, "--index", s.grpc, filepath.Join(scenarios, "p01_shared_prefix.jsonl"))
+	if code != 2 || !strings.Contains(errOut, "--hash-mode token") {
+		t.Fatalf("replay of an engine-hash fixture against token-mode standalone: exit %d\n%s\n%s", code, out, errOut)
+	}
+	out, errOut, code = run(t, "replay", "--brokers", s.kafka, "--index", s.grpc, filepath.Join(scenarios, "t01_same_prompt_across_pods.jsonl"))
 	if code != 0 {
 		t.Fatalf("replay against standalone: exit %d\n%s\n%s", code, out, errOut)
 	}
-	const model = "meta-llama/Llama-3.1-8B-Instruct"
-	hashes := []string{"e5068d13bba8906f", "1c92a7b9b9bec94f", "9f4d1a9e22efe02c", "0d80b5414ed121b3"}
-	before := lookup(t, s.grpc, append([]string{"--model", model}, hashes...)...)
-	if len(before.Endpoints) != 2 || before.Endpoints[0].Pod != "vllm-0" || before.Endpoints[0].Blocks != 4 || before.Endpoints[1].Blocks != 2 {
-		t.Fatalf("lookup after p01 = %+v, want vllm-0 with 4 blocks and vllm-1 with 2", before)
+	const model = "org/token-demo"
+	tokens := []string{"--tokens", "1000,1001,1002,1003,1004,1005,1006,1007,1008,1009,1010,1011"}
+	before := lookup(t, s.grpc, append([]string{"--model", model}, tokens...)...)
+	if len(before.Endpoints) != 3 || before.Endpoints[0].Pod != "vllm-0" || before.Endpoints[0].Blocks != 3 || before.Endpoints[2].Blocks != 2 {
+		t.Fatalf("lookup after t01 = %+v, want vllm-0 and vllm-1 with 3 blocks and vllm-2 with 2", before)
 	}
 
 	resp, err := http.Get("http://" + s.metrs + "/metrics")
@@ -289,8 +297,8 @@ func TestStandaloneBinary(t *testing.T) {
 	// Same data dir, same ports: the index and the Kafka log are back.
 	again := startStandalone(t, dataDir, &standalone{etcd: s.etcd, kafka: s.kafka, grpc: s.grpc, metrs: s.metrs})
 	again.waitLine(t, "ready")
-	after := lookup(t, again.grpc, append([]string{"--model", model}, hashes...)...)
-	if len(after.Endpoints) != 2 || after.Endpoints[0].Blocks != 4 || after.Endpoints[1].Blocks != 2 {
+	after := lookup(t, again.grpc, append([]string{"--model", model}, tokens...)...)
+	if !reflect.DeepEqual(after.Endpoints, before.Endpoints) {
 		t.Fatalf("lookup after restart = %+v, want what it was before: %+v", after, before)
 	}
 	for part, off := range before.Offsets {
@@ -300,7 +308,7 @@ func TestStandaloneBinary(t *testing.T) {
 	}
 	// The Kafka log survived too: replaying more records continues from the
 	// stored offsets (an offset past the log end would have been reset).
-	out, errOut, code = run(t, "replay", "--brokers", again.kafka, "--index", again.grpc, fixture(t, "p03_remove_is_per_pod.jsonl"))
+	out, errOut, code = run(t, "replay", "--brokers", again.kafka, "--index", again.grpc, filepath.Join(scenarios, "t02_cpu_placeholders.jsonl"))
 	if code != 0 {
 		t.Fatalf("replay after restart: exit %d\n%s\n%s", code, out, errOut)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/bridgetest"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
@@ -315,10 +316,13 @@ type bridgeRig struct {
 	tail *tail
 }
 
-func newBridgeRig(t *testing.T) *bridgeRig {
+func newBridgeRig(t *testing.T) *bridgeRig { return newBridgeRigMode(t, keyspace.HashModeEngine) }
+
+// newBridgeRigMode is newBridgeRig with its ingester in hash mode mode.
+func newBridgeRigMode(t *testing.T, mode keyspace.HashMode) *bridgeRig {
 	t.Helper()
 	p := newPipeline(t, 4)
-	p.ingester("ingester-a", nil)
+	p.ingester("ingester-a", func(c *ingester.Config) { c.HashMode = mode })
 	rep := p.replica()
 	return &bridgeRig{p: p, c: newClient(t, rep.addr), tail: newTail(t, p.kafka.Brokers)}
 }
@@ -879,8 +883,13 @@ func TestFixturesThroughBridge(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rig := newBridgeRig(t)
+	rigs := map[string]*bridgeRig{} // one per hash mode: each file runs in its own
 	for _, s := range scenarios {
+		rig := rigs[s.HashMode]
+		if rig == nil {
+			rig = newBridgeRigMode(t, keyspace.HashMode(s.HashMode))
+			rigs[s.HashMode] = rig
+		}
 		t.Run(s.Name, func(t *testing.T) {
 			ctx := bridgeCtx(t)
 			answers := runFixtureThroughBridges(t, ctx, rig, s, "bridge/"+s.Name+"/")
@@ -956,12 +965,18 @@ func runFixtureThroughBridges(t *testing.T, ctx context.Context, rig *bridgeRig,
 	for i, st := range s.Steps {
 		if st.Kind == scenario.KindLookup {
 			l := st.Lookup
-			got, err := rig.c.Lookup(ctx, prefix+l.Model, l.Hashes, rig.tail.barrier())
+			var got *client.LookupResult
+			var err error
+			if l.Tokens != nil {
+				got, err = rig.c.LookupTokens(ctx, prefix+l.Model, l.Prompt(), rig.tail.barrier())
+			} else {
+				got, err = rig.c.Lookup(ctx, prefix+l.Model, l.Hashes, rig.tail.barrier())
+			}
 			if err != nil {
 				t.Fatalf("line %d: lookup: %v", st.Line, err)
 			}
 			actual := replay.Matches(got)
-			if diffs := scenario.Compare(l.Expect, actual); diffs != nil {
+			if diffs := l.Check(actual); diffs != nil {
 				t.Errorf("line %d (%s): through the bridge the answer differs from the fixture's: %v", st.Line, l.Describe, diffs)
 			}
 			answers = append(answers, actual)

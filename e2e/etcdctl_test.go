@@ -12,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
@@ -52,7 +53,9 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 		return splitArgs(cmd)
 	}
 
-	st := stacktest.Start(t)
+	st := stacktest.Start(t, func(c *stack.Config) {
+		c.Ingester = func(c *ingester.Config) { c.HashMode = keyspace.HashModeEngine } // p09 names engine hashes
+	})
 	runScenario(t, st, "p09_names_and_models.jsonl")
 	url := st.EtcdURL()
 

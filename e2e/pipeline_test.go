@@ -85,6 +85,9 @@ func (p *pipeline) ingester(id string, tune func(*ingester.Config)) *running {
 	// The random streams below carry no heartbeats on purpose: liveness
 	// has tests of its own (ingester package), so keep it out of the way.
 	cfg.LivenessWindow = time.Hour
+	// The random streams and the engine-hash fixtures name blocks by
+	// engine hash; token-mode runs say so in tune.
+	cfg.HashMode = keyspace.HashModeEngine
 	if tune != nil {
 		tune(&cfg)
 	}

@@ -119,7 +119,7 @@ func TestScenarioFixtures(t *testing.T) {
 		t.Run(sc.Name, func(t *testing.T) {
 			mr.t = t
 			w.t = t
-			m := refmodel.New(refmodel.Config{})
+			m := refmodel.New(refmodel.Config{HashMode: keyspace.HashMode(sc.HashMode)})
 			mr.sync(m) // each file starts from an empty index
 			for _, step := range sc.Steps {
 				switch step.Kind {
@@ -128,7 +128,7 @@ func TestScenarioFixtures(t *testing.T) {
 					m.Apply(refmodel.Record{Key: p.Key, Headers: p.Headers, Value: p.Value, Time: time.Unix(1700000000, 0)})
 				case scenario.KindLookup:
 					mr.sync(m)
-					got := clientLookup(t, c, w, step.Lookup.Model, step.Lookup.Hashes)
+					got := clientLookup(t, c, w, step.Lookup.Model, step.Lookup.Keys())
 					if diffs := scenario.Compare(step.Lookup.Expect, got); diffs != nil {
 						t.Errorf("line %d (%s): %v", step.Line, step.Lookup.Describe, diffs)
 					}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -177,6 +178,13 @@ type applier struct {
 	// no outage rule); live is this partition's outage state (outage.go).
 	out  *outageWatch
 	live liveness
+	// maps counts the entries of the endpoints' token-mode maps; tokBuf
+	// and extraBuf are keying's buffers, unkeyedInRecord the blocks of the
+	// current record token mode could not key (keying.go).
+	maps            engineMaps
+	tokBuf          []uint32
+	extraBuf        []client.Extra
+	unkeyedInRecord int
 }
 
 // record applies one Kafka record to the window. behind reports that the
@@ -313,6 +321,14 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		a.m.skippedEvents.WithLabelValues(events.SkipOtherGroup.String()).Add(float64(otherGroup))
 		a.log.Debug("events of other KV-cache groups skipped", "offset", r.Offset, "endpoint", id.String(), "group", ep.cur.group, "skipped", otherGroup)
 	}
+	if a.unkeyedInRecord > 0 {
+		// One line per record, as for skipped events.
+		a.log.Warn("blocks not keyed", "offset", r.Offset, "endpoint", id.String(), "blocks", a.unkeyedInRecord)
+		a.unkeyedInRecord = 0
+	}
+	if a.tokenMode() {
+		a.capMaps()
+	}
 }
 
 // sequence checks a batch's sequence number against ep's state (DESIGN
@@ -340,9 +356,10 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 	}
 	switch {
 	case reason == "no_seq" && !ep.mayHaveBlocks:
-		// Nothing of it is in etcd: voiding its queued ops (if any) is
-		// the whole drop.
+		// Nothing of it is in etcd: voiding its queued ops (if any), and
+		// forgetting the map entries they made, is the whole drop.
 		ep.epoch++
+		a.maps.clear(ep)
 	case reason != "":
 		a.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", ep.id.String(), "seq", seq, "offset", offset)
 		a.drop(ep, reason, false)
@@ -362,8 +379,12 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 // stored applies a BlockStored event: a put per block hash, and the
 // endpoint's block size.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
-	for _, hash := range ev.BlockHashes {
-		a.win.ops.add(ep, ev.Tier, hash, false)
+	if a.tokenMode() {
+		a.storedTokens(ep, ev)
+	} else {
+		for _, hash := range ev.BlockHashes {
+			a.win.ops.add(ep, ev.Tier, hash, false)
+		}
 	}
 	if ev.BlockSize > 0 {
 		ep.cur.blockSize = ev.BlockSize
@@ -372,6 +393,10 @@ func (a *applier) stored(ep *endpoint, ev *events.Event) {
 
 // removed applies a BlockRemoved event: a delete per block hash.
 func (a *applier) removed(ep *endpoint, ev *events.Event) {
+	if a.tokenMode() {
+		a.removedTokens(ep, ev)
+		return
+	}
 	for _, hash := range ev.BlockHashes {
 		a.win.ops.add(ep, ev.Tier, hash, true)
 	}
@@ -462,6 +487,7 @@ func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 		return ep
 	}
 	ep := newEndpoint(a.cfg.Keyspace, a.p, id)
+	ep.hashMode = a.cfg.HashMode
 	ep.cur.mediums = a.mediums
 	a.eps[id] = ep
 	return ep
@@ -474,6 +500,7 @@ func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 func (a *applier) drop(ep *endpoint, reason string, deleteRecord bool) {
 	a.m.drops.WithLabelValues(reason).Inc()
 	ep.epoch++
+	a.maps.clear(ep) // every entry names a block this drop deletes
 	a.win.drop(ep, deleteRecord)
 	if deleteRecord {
 		ep.gone = true

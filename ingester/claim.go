@@ -116,6 +116,9 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 			end = o.Offset
 		}
 		w := in.newWorker(p, c.rev, eps[p])
+		if _, err := w.rebuildMaps(ctx); err != nil {
+			return err
+		}
 		w.hwm = end
 		switch {
 		case c.stored >= start && c.stored <= end:
@@ -243,6 +246,26 @@ func (w *worker) init(ctx context.Context) error {
 			// endpoint that did not exist at the stored offset.
 			w.ap.drop(ep, "stale", true)
 		}
+	}
+	for _, ep := range w.eps {
+		switch {
+		case ep.hashMode != w.cfg.HashMode:
+			// Its keys are of the other mode: no lookup of this mode could
+			// find them, and no removal of this mode reach them.
+			w.log.Info("dropping an endpoint written in another hash mode", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
+			w.ap.drop(ep, "hash_mode", false)
+			ep.hashMode = w.cfg.HashMode
+			w.win.markDirty(ep) // rewritten in this mode
+		case len(ep.unmapped) > 0:
+			for _, b := range ep.unmapped {
+				w.win.ops.add(ep, b.tier, b.key, true)
+			}
+			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Add(float64(len(ep.unmapped)))
+			ep.unmapped = nil
+		}
+	}
+	if w.ap.tokenMode() {
+		w.ap.capMaps()
 	}
 	w.ap.claimed() // the claim rule of DESIGN semantics 8 (v1.1)
 	if w.win.empty() {

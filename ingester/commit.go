@@ -96,6 +96,9 @@ func (w *worker) commit(ctx context.Context) error {
 	}
 	w.win.reset()
 	w.committed = w.next
+	if w.ap.tokenMode() {
+		w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(w.ap.maps.entries))
+	}
 	if w.hwm > 0 {
 		w.m.lag.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(max(w.hwm-w.committed, 0)))
 	}

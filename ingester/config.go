@@ -34,6 +34,8 @@ const (
 	DefaultDropPageSize     = 10_000
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultRebalanceTimeout = 30 * time.Second
+	DefaultMaxMapEntries    = 4_000_000
+	DefaultMapRebuildPage   = 4 << 20
 )
 
 // etcdMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB); a
@@ -80,9 +82,11 @@ type Config struct {
 	// DefaultMaxTxnsInFlight; at least 1.
 	MaxTxnsInFlight int
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
-	// queued for one partition's worker; the consume loop waits for the
-	// worker beyond it, which holds up every partition of this member.
-	// Default DefaultQueueBytes (16 MiB); at least 64 KiB.
+	// queued for one partition's worker. Beyond it the consume loop pauses
+	// fetching that partition and holds what it already fetched for it
+	// (what was in flight when it paused) until the worker catches up; the
+	// member's other partitions go on. Default DefaultQueueBytes (16 MiB);
+	// at least 64 KiB.
 	QueueBytes int
 
 	// LeaseTTL is the TTL of every lease the ingester grants, a whole
@@ -126,6 +130,28 @@ type Config struct {
 	// bounds how long a revoked partition may take to write its last
 	// window. Default DefaultRebalanceTimeout (30 s); must be positive.
 	RebalanceTimeout time.Duration
+
+	// HashMode is what block keys are keyed by (DESIGN "Hashing"):
+	// keyspace.HashModeToken, kvindex's canonical key computed from each
+	// block's token ids, or keyspace.HashModeEngine, the engine's own
+	// hash. Every endpoint record carries it; an endpoint whose stored
+	// record says otherwise is dropped as by resync and rewritten before
+	// its next record applies. The zero value means HashModeToken, the
+	// default.
+	HashMode keyspace.HashMode
+	// MaxMapEntries bounds, per partition, the entries of the token-mode
+	// maps from engine hash to key (one per block present in any tier of
+	// an endpoint; about 50 bytes each, BENCHMARKS.md). Past it the
+	// endpoint with the most entries is dropped as by resync, so no entry
+	// is ever forgotten while its block stays in etcd. Ignored in
+	// engine-hash mode. Default DefaultMaxMapEntries; at least 1.
+	MaxMapEntries int
+	// MapRebuildPageBytes bounds the bytes of one page (one etcd Range of
+	// an endpoint's blocks) when a new owner rebuilds the token-mode maps
+	// from the block values; the page's key count follows from the
+	// endpoint's key length. Default DefaultMapRebuildPage (4 MiB); at
+	// least 4 KiB.
+	MapRebuildPageBytes int
 
 	// Mediums maps engine medium strings to tiers, matched
 	// case-insensitively (DESIGN v1.1). Nil means events.DefaultMediums().
@@ -207,21 +233,24 @@ func (k TxnKind) String() string {
 // still sets Etcd and Brokers.
 func DefaultConfig() Config {
 	return Config{
-		Keyspace:         keyspace.Default(),
-		Topic:            DefaultTopic,
-		Group:            DefaultGroup,
-		MaxTxnOps:        DefaultMaxTxnOps,
-		MaxTxnBytes:      DefaultMaxTxnBytes,
-		WindowRecords:    DefaultWindowRecords,
-		WindowOps:        DefaultWindowOps,
-		MaxTxnsInFlight:  DefaultMaxTxnsInFlight,
-		QueueBytes:       DefaultQueueBytes,
-		LeaseTTL:         DefaultLeaseTTL,
-		LivenessWindow:   DefaultLivenessWindow,
-		KeysPerLease:     DefaultKeysPerLease,
-		DropPageSize:     DefaultDropPageSize,
-		SessionTimeout:   DefaultSessionTimeout,
-		RebalanceTimeout: DefaultRebalanceTimeout,
+		Keyspace:            keyspace.Default(),
+		Topic:               DefaultTopic,
+		Group:               DefaultGroup,
+		MaxTxnOps:           DefaultMaxTxnOps,
+		MaxTxnBytes:         DefaultMaxTxnBytes,
+		WindowRecords:       DefaultWindowRecords,
+		WindowOps:           DefaultWindowOps,
+		MaxTxnsInFlight:     DefaultMaxTxnsInFlight,
+		QueueBytes:          DefaultQueueBytes,
+		LeaseTTL:            DefaultLeaseTTL,
+		LivenessWindow:      DefaultLivenessWindow,
+		KeysPerLease:        DefaultKeysPerLease,
+		DropPageSize:        DefaultDropPageSize,
+		SessionTimeout:      DefaultSessionTimeout,
+		RebalanceTimeout:    DefaultRebalanceTimeout,
+		HashMode:            keyspace.HashModeToken,
+		MaxMapEntries:       DefaultMaxMapEntries,
+		MapRebuildPageBytes: DefaultMapRebuildPage,
 	}
 }
 
@@ -267,6 +296,12 @@ func (c *Config) Validate() error {
 		return bad("SessionTimeout %v: want a positive duration", c.SessionTimeout)
 	case c.RebalanceTimeout <= 0:
 		return bad("RebalanceTimeout %v: want a positive duration", c.RebalanceTimeout)
+	case c.HashMode != "" && c.HashMode != keyspace.HashModeToken && c.HashMode != keyspace.HashModeEngine:
+		return bad("HashMode %q: want %q or %q", c.HashMode, keyspace.HashModeToken, keyspace.HashModeEngine)
+	case c.MaxMapEntries < 1:
+		return bad("MaxMapEntries %d: want at least 1", c.MaxMapEntries)
+	case c.MapRebuildPageBytes < 4<<10:
+		return bad("MapRebuildPageBytes %d: want at least 4 KiB", c.MapRebuildPageBytes)
 	}
 	if err := keyspace.ValidateName("topic", c.Topic); err != nil {
 		return bad("Topic: %v", err)
@@ -310,6 +345,9 @@ func (c Config) withDefaults() Config {
 			host = "ingester"
 		}
 		c.ID = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	if c.HashMode == "" {
+		c.HashMode = keyspace.HashModeToken
 	}
 	if c.Mediums == nil {
 		c.Mediums = events.DefaultMediums()

@@ -8,6 +8,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -49,6 +50,13 @@ func TestConfigValidate(t *testing.T) {
 		{"queue_bytes_smallest", func(c *Config) { c.QueueBytes = 64 << 10 }, true},
 		{"no_session_timeout", func(c *Config) { c.SessionTimeout = 0 }, false},
 		{"bad_id", func(c *Config) { c.ID = "\xff" }, false},
+		{"engine_hash_mode", func(c *Config) { c.HashMode = keyspace.HashModeEngine }, true},
+		{"zero_hash_mode_is_token", func(c *Config) { c.HashMode = "" }, true},
+		{"unknown_hash_mode", func(c *Config) { c.HashMode = "sha256" }, false},
+		{"no_map_entries", func(c *Config) { c.MaxMapEntries = 0 }, false},
+		{"one_map_entry", func(c *Config) { c.MaxMapEntries = 1 }, true},
+		{"rebuild_page_too_small", func(c *Config) { c.MapRebuildPageBytes = 4<<10 - 1 }, false},
+		{"rebuild_page_smallest", func(c *Config) { c.MapRebuildPageBytes = 4 << 10 }, true},
 		{"mediums_extended", func(c *Config) { c.Mediums = events.DefaultMediums(); c.Mediums["hbm"] = tier.GPU }, true},
 		{"mediums_two_spellings_two_tiers", func(c *Config) { c.Mediums = events.MediumMap{"Disk": tier.Disk, "DISK": tier.CPU} }, false},
 		{"medium_on_no_tier", func(c *Config) { c.Mediums = events.MediumMap{"HBM": tier.Unknown} }, false},
@@ -68,5 +76,14 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("New() error = %v, want ok=%v", nerr, tc.ok)
 			}
 		})
+	}
+}
+
+func TestDefaultHashModeIsToken(t *testing.T) {
+	if got := DefaultConfig().HashMode; got != keyspace.HashModeToken {
+		t.Errorf("DefaultConfig().HashMode = %q, want token", got)
+	}
+	if got := (Config{}).withDefaults().HashMode; got != keyspace.HashModeToken {
+		t.Errorf("the zero HashMode means %q, want token", got)
 	}
 }

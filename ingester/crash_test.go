@@ -23,12 +23,12 @@ import (
 // perPartitionModel applies recs to one reference model per partition
 // (each partition has its own clock, DESIGN semantics 8), then ages every
 // model to now, and returns the union of their blocks and endpoints.
-func perPartitionModel(recs []refmodel.Record, parts []int32, window time.Duration, now time.Time) ([]keyspace.Block, []keyspace.Endpoint) {
+func perPartitionModel(recs []refmodel.Record, parts []int32, window time.Duration, now time.Time, mode keyspace.HashMode) ([]keyspace.Block, []keyspace.Endpoint) {
 	models := map[int32]*refmodel.Model{}
 	for i, r := range recs {
 		m := models[parts[i]]
 		if m == nil {
-			m = refmodel.New(refmodel.Config{LivenessWindow: window})
+			m = refmodel.New(refmodel.Config{LivenessWindow: window, HashMode: mode})
 			models[parts[i]] = m
 		}
 		m.Apply(r)
@@ -49,7 +49,15 @@ func perPartitionModel(recs []refmodel.Record, parts []int32, window time.Durati
 // many times while it works through a long randomized stream, restarting
 // it each time; the final etcd contents must equal a run without crashes
 // and the reference model's prediction.
-func TestCrashReplay(t *testing.T) {
+func TestCrashReplay(t *testing.T) { testCrashReplay(t, keyspace.HashModeEngine) }
+
+// TestCrashReplayTokenMode is TestCrashReplay in token mode: every restart
+// rebuilds the engine-hash maps from etcd before replaying, so the crashed
+// run must key and remove exactly as the clean run and the reference model
+// in token mode do.
+func TestCrashReplayTokenMode(t *testing.T) { testCrashReplay(t, keyspace.HashModeToken) }
+
+func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("KVINDEX_SEED"); s != "" {
 		seed, _ = strconv.ParseUint(s, 10, 64)
@@ -60,7 +68,7 @@ func TestCrashReplay(t *testing.T) {
 			t.Logf("failed with seed %d", seed)
 		}
 	}()
-	const topic = "crash"
+	topic := "crash-" + string(mode)
 	e := newEnv(t, 2, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
@@ -80,6 +88,7 @@ func TestCrashReplay(t *testing.T) {
 
 	configure := func(name string) Config {
 		cfg := e.config(t, topic, "g-"+name, "/kvindex/"+name+"/")
+		cfg.HashMode = mode
 		cfg.MaxTxnOps = 16
 		cfg.WindowRecords = 64
 		cfg.LivenessWindow = window
@@ -168,7 +177,7 @@ func TestCrashReplay(t *testing.T) {
 	}
 	t.Logf("%d crashes (before txn kinds %v)", crashes, kinds)
 
-	wantBlocks, wantEps := perPartitionModel(recs, parts, window, last)
+	wantBlocks, wantEps := perPartitionModel(recs, parts, window, last, mode)
 	if len(wantBlocks) == 0 {
 		t.Fatal("the stream left no blocks: the test would prove nothing")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -23,6 +24,8 @@ import (
 func (w *worker) writeDrops(ctx context.Context) error {
 	for k := range w.win.drops {
 		if err := w.writeDrop(ctx, w.win.drops[k]); err != nil {
+			// Keep the ones not written: release hands their leases back.
+			w.win.drops = slices.Delete(w.win.drops, 0, k)
 			return err
 		}
 	}

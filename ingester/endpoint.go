@@ -88,6 +88,23 @@ type endpoint struct {
 	// tierEpoch does so for one tier (a tier clear increments it).
 	epoch     uint32
 	tierEpoch [tier.Count + 1]uint32
+
+	// hashMode is the hash mode of its block keys: the worker's for an
+	// endpoint it created, the stored record's for one it loaded (until a
+	// mismatch is dropped and rewritten, worker.init).
+	hashMode keyspace.HashMode
+	// engine maps the endpoint's engine hashes to canonical keys in token
+	// mode (enginemap.go); nil in engine-hash mode or while empty.
+	engine engineMap
+	// unmapped are the blocks the map rebuild found that cannot enter the
+	// map (rebuild.go); the worker deletes them before the first record.
+	unmapped []tierKey
+}
+
+// tierKey is one block key of an endpoint: its tier and key hash.
+type tierKey struct {
+	tier tier.Tier
+	key  uint64
 }
 
 // leasesChanged records a change of the lease set: the next transaction
@@ -107,7 +124,7 @@ func newEndpoint(ks keyspace.Keyspace, p keyspace.Partition, id keyspace.Endpoin
 func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointRecord {
 	r := keyspace.EndpointRecord{
 		BlockSize:   st.blockSize,
-		HashMode:    keyspace.HashModeEngine,
+		HashMode:    e.hashMode,
 		Seq:         st.seq,
 		BatchTS:     st.batchTS,
 		Incarnation: st.incarnation,
@@ -156,6 +173,7 @@ func (e *endpoint) fromRecord(r *keyspace.EndpointRecord) {
 			e.tiers[t] = append(e.tiers[t], shard{id: clientv3.LeaseID(s.ID), keys: s.Keys})
 		}
 	}
+	e.hashMode = r.HashMode
 	e.inEtcd = true
 	e.mayHaveBlocks = true
 }

@@ -142,7 +142,8 @@ func (in *Ingester) Partitions() []int32 {
 // claiming, a BeforeTxn hook error), which it returns; a fenced partition
 // is not fatal. Shutdown order: stop polling, stop the workers (their open
 // windows are abandoned, a successor replays them), leave the group, stop
-// renewing leases.
+// renewing leases; meanwhile, from the moment ctx ends, the registration
+// revokes its own lease (so ingesters/{ID} goes at once).
 func (in *Ingester) Run(ctx context.Context) error {
 	runCtx, fail := context.WithCancelCause(ctx)
 	defer fail(nil)

@@ -61,6 +61,9 @@ func (e *env) config(t *testing.T, topic, group, prefix string) Config {
 	cfg.RebalanceTimeout = 1500 * time.Millisecond
 	cfg.LeaseTTL = 10 * time.Second
 	cfg.Logger = testLogger()
+	// The public fixtures and most tests name blocks by engine hash; the
+	// token-mode tests (token_test.go) set HashModeToken.
+	cfg.HashMode = keyspace.HashModeEngine
 	return cfg
 }
 

@@ -31,6 +31,9 @@ type metrics struct {
 	outageSeconds  prometheus.Counter
 	repeatedHeader *prometheus.CounterVec // by header
 	etcdFailures   *prometheus.CounterVec // by op
+	unkeyedBlocks  *prometheus.CounterVec // by reason (keying.go)
+	mapEntries     *prometheus.GaugeVec   // by partition
+	mapRebuilt     prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -74,6 +77,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Partitions this ingester owns."}),
 		offsetResets: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "offset_resets_total",
 			Help: "Stored offsets found outside the log (the partition restarted at the log start)."}),
+		unkeyedBlocks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "unkeyed_blocks_total",
+			Help: "Blocks token mode did not key, by reason (unknown_parent, unknown_placeholder, bad_tokens, bad_extra_keys), and removals of unknown engine hashes (unknown_removal)."}, []string{"reason"}),
+		mapEntries: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "map_entries",
+			Help: "Entries of the token-mode engine hash -> key maps of a partition's endpoints (bounded by --max-map-entries)."}, []string{"partition"}),
+		mapRebuilt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "map_rebuilt_entries_total",
+			Help: "Map entries rebuilt from block values when this ingester claimed a partition."}),
 		outages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outages_total",
 			Help: "Silences after which every endpoint got --outage-grace, by kind: topic (no record in the whole topic for more than --outage-threshold, counted when records flow again), claim (a partition claimed more than --outage-threshold after its last record) and gap (its clock jumped that far between two records nobody consumed in between)."}, []string{"kind"}),
 		outageSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outage_seconds_total",
@@ -85,7 +94,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
 		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
-		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
+		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
+		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ingester: registering metrics: %w", err)
 		}

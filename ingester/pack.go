@@ -47,7 +47,7 @@ func (w *worker) fill(ops []pendingOp, i int) (int, error) {
 		_, inTxn := b.record(ep)
 		needRec := !inTxn && (!ep.inEtcd || ep.leasesDirty())
 		var rec []byte
-		need, bytes := 1, keyLen+txnOverhead
+		need, bytes := 1, keyLen+keyspace.EngineHashLen+txnOverhead
 		if needRec {
 			var err error
 			if rec, err = w.marshalBase(ep); err != nil {
@@ -66,10 +66,22 @@ func (w *worker) fill(ops []pendingOp, i int) (int, error) {
 		if needRec {
 			b.putRecord(ep, rec)
 		}
-		b.put(w.blockKey(ep, op.tier, op.hash), nil, op.lease)
+		b.put(w.blockKey(ep, op.tier, op.hash), w.blockValue(op), op.lease)
 		b.blockOps++
 	}
 	return i, nil
+}
+
+// blockValue builds a block put's value in the builder's arena: the engine
+// hash in token mode (so a new owner can rebuild the map), empty in
+// engine-hash mode.
+func (w *worker) blockValue(op *pendingOp) []byte {
+	if w.cfg.HashMode != keyspace.HashModeToken {
+		return nil
+	}
+	start := len(w.b.arena)
+	w.b.arena = keyspace.AppendEngineHash(w.b.arena, op.engine)
+	return w.b.arena[start:len(w.b.arena):len(w.b.arena)]
 }
 
 // blockKey builds a block key in the builder's arena.

@@ -198,14 +198,21 @@ func (w *worker) endpoints() []*endpoint {
 func (w *worker) backoff() *backoff.Backoff { return retryBackoff() }
 
 // release stops keeping the partition's leases alive (the partition is
-// going; its successor adopts them).
+// going; its successor adopts them), those of endpoints forgotten by a
+// drop the worker did not write too (the successor replays it).
 func (w *worker) release() {
 	var ids []clientv3.LeaseID
 	for _, ep := range w.eps {
 		ids = ep.leaseIDs(ids)
 	}
+	for _, d := range w.win.drops {
+		if d.ep.gone {
+			ids = d.ep.leaseIDs(ids)
+		}
+	}
 	w.leases.release(ids...)
 	w.m.lag.DeleteLabelValues(partitionLabel(w.p.Partition))
+	w.m.mapEntries.DeleteLabelValues(partitionLabel(w.p.Partition))
 }
 
 // resetTo restarts the partition at start, the log start, after its

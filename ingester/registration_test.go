@@ -75,3 +75,40 @@ func TestCleanStopRevokesRegistration(t *testing.T) {
 		t.Errorf("etcd client logged %q on a clean stop: %v", l.Message, l.ContextMap())
 	}
 }
+
+// TestRegistrationSurvivesLeaseLoss: when the registration lease goes
+// behind the ingester's back (revoked here, as etcd expires a lease nobody
+// could renew), the ingester registers again on a new lease.
+func TestRegistrationSurvivesLeaseLoss(t *testing.T) {
+	const topic = "reregister"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-reregister", "/kvindex/reregister/")
+	shortLeases(&cfg)
+	cfg.ID = "ingester-b"
+	start(t, cfg)
+	key := cfg.Keyspace.IngesterKey(cfg.ID)
+	lease := func() int64 {
+		resp, err := e.etcd.Client.Get(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Kvs) == 0 {
+			return 0
+		}
+		return resp.Kvs[0].Lease
+	}
+	var first int64
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.IngestersPrefix(), "the ingester to register", func() bool {
+		first = lease()
+		return first != 0
+	})
+	if _, err := e.etcd.Client.Revoke(ctx, clientv3.LeaseID(first)); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.IngestersPrefix(), "the ingester to register again", func() bool {
+		l := lease()
+		return l != 0 && l != first
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
@@ -39,8 +40,9 @@ func TestScenarios(t *testing.T) {
 			defer cancel()
 			topic := topics[i]
 			cfg := e.config(t, topic, "g-"+sc.Name, fmt.Sprintf("/kvindex/scenario-%d/", i))
+			cfg.HashMode = keyspace.HashMode(sc.HashMode) // token-mode files run in token mode
 			start(t, cfg)
-			model := refmodel.New(refmodel.Config{LivenessWindow: cfg.LivenessWindow})
+			model := refmodel.New(refmodel.Config{LivenessWindow: cfg.LivenessWindow, HashMode: cfg.HashMode})
 			produced := ingesttest.Offsets{}
 			for _, st := range sc.Steps {
 				switch st.Kind {
@@ -51,7 +53,7 @@ func TestScenarios(t *testing.T) {
 				case scenario.KindLookup:
 					ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, produced)
 					blocks := ingesttest.Blocks(t, ctx, e.etcd.Client, cfg.Keyspace)
-					got := refmodel.LookupBlocks(blocks, st.Lookup.Model, st.Lookup.Hashes)
+					got := refmodel.LookupBlocks(blocks, st.Lookup.Model, st.Lookup.Keys())
 					if diffs := scenario.Compare(st.Lookup.Expect, got); diffs != nil {
 						t.Errorf("line %d: lookup differs from the scenario: %v", st.Line, diffs)
 					}

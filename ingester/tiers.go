@@ -16,6 +16,7 @@ const (
 func (a *applier) tierCleared(ep *endpoint, t tier.Tier) {
 	a.m.drops.WithLabelValues(dropTierClear).Inc()
 	ep.tierEpoch[t]++
+	a.maps.clearTier(ep, t) // the entries only that tier held go with it
 	a.win.dropTier(ep, t)
 }
 

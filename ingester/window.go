@@ -111,6 +111,8 @@ type pendingOp struct {
 	// lease is the lease a put attaches to, settled by the lease manager
 	// before the window is packed (0 until then).
 	lease clientv3.LeaseID
+	// engine is a token-mode put's value: the block's engine hash.
+	engine uint64
 }
 
 // live reports whether the op still counts: a drop of its endpoint, or a
@@ -131,16 +133,23 @@ func newOpSet() *opSet { return &opSet{idx: make(map[opKey]int32, 1024)} }
 
 // add queues a put (del false) or delete of (ep, t, hash).
 func (s *opSet) add(ep *endpoint, t tier.Tier, hash uint64, del bool) {
+	s.addValue(ep, t, hash, del, 0)
+}
+
+// addValue queues a put or delete as add does; a token-mode put carries
+// the block's engine hash, its value.
+func (s *opSet) addValue(ep *endpoint, t tier.Tier, hash uint64, del bool, engine uint64) {
 	k := opKey{ep: ep, hash: hash, tier: t}
 	if i, ok := s.idx[k]; ok {
 		s.ops[i].del = del
 		s.ops[i].epoch = ep.epoch
 		s.ops[i].tierEpoch = ep.tierEpoch[t]
 		s.ops[i].lease = 0
+		s.ops[i].engine = engine
 		return
 	}
 	s.idx[k] = int32(len(s.ops))
-	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch, tierEpoch: ep.tierEpoch[t]})
+	s.ops = append(s.ops, pendingOp{opKey: k, del: del, epoch: ep.epoch, tierEpoch: ep.tierEpoch[t], engine: engine})
 }
 
 // len is the number of queued ops, voided ones included.

@@ -404,6 +404,8 @@ func fieldName(key []byte) string {
 		return "medium"
 	case "lora_name":
 		return "lora_name"
+	case "extra_keys":
+		return "extra_keys"
 	case "group_idx":
 		return "group_idx"
 	case "kv_cache_spec_kind":
@@ -471,6 +473,8 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		m, err := d.optStr(s, name, &d.medium)
 		s.ev.LoraName = m
 		return err
+	case "extra_keys":
+		return d.extraKeys(s, name)
 	case "kv_cache_spec_kind":
 		k, err := d.optStr(s, name, &d.kind)
 		s.ev.KVCacheSpecKind = k
@@ -532,6 +536,7 @@ func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
 	if s.ev.Type == BlockRemoved {
 		// Only the hashes, medium, tier and group belong to a removal.
 		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName, s.ev.KVCacheSpecKind = 0, false, nil, 0, "", ""
+		s.ev.ExtraKeys, s.ev.HasExtraKeys, s.ev.ExtraKeysLen, s.ev.BadExtraKeys = nil, false, 0, ""
 	}
 	return s.ev, nil, nil
 }

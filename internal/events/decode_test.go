@@ -157,7 +157,7 @@ func TestFixtureSpecialPayloads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU, KVCacheSpecKind: KindFullAttention}}
+		want := []Event{{Type: BlockStored, BlockHashes: []uint64{0x7820e1ecadb658f7, 0x0baaafa441b0d29b}, BlockSize: 16, Medium: "GPU", Tier: tier.GPU, KVCacheSpecKind: KindFullAttention, HasExtraKeys: true, ExtraKeysLen: 2}}
 		if diff := cmp.Diff(want, b.Events, cmp.FilterPath(func(p cmp.Path) bool { return p.Last().String() == ".TokenIDs" }, cmp.Ignore())); diff != "" {
 			t.Fatalf("events (-want +got):\n%s", diff)
 		}
@@ -559,7 +559,11 @@ func TestDecodeV11Shapes(t *testing.T) {
 				}})
 			},
 			events: []Event{
-				stored(0, 1, 0, "mamba"), stored(1, 2, 1, "mamba"), stored(2, 3, 3, "mla_attention"), stored(3, 4, 2, "sliding_window"),
+				stored(0, 1, 0, "mamba"), stored(1, 2, 1, "mamba"), stored(2, 3, 3, "mla_attention"), func() Event {
+					e := stored(3, 4, 2, "sliding_window")
+					e.HasExtraKeys, e.ExtraKeysLen = true, 1
+					return e
+				}(),
 				{Type: BlockRemoved, Index: 4, BlockHashes: []uint64{3}, Tier: tier.GPU, GroupIdx: 3},
 				{Type: BlockRemoved, Index: 5, BlockHashes: []uint64{2}, Tier: tier.GPU, GroupIdx: 1},
 			},

@@ -77,9 +77,10 @@ func Encode(b Batch, enc Encoding) ([]byte, error) {
 
 // EncodeWith writes b as Encode does, in the wire details opts selects.
 // Event.Index and Event.Tier are not encoded (a TierBlocksCleared carries
-// its Medium); token_ids is always an array
-// (empty for an offload placeholder), lora_id always nil, extra_keys one
-// nil per block. It fails, wrapping no sentinel, for an unknown Encoding or
+// its Medium); token_ids is always an array (empty for an offload
+// placeholder), lora_id always nil, extra_keys nil unless HasExtraKeys
+// (then ExtraKeysLen entries: ExtraKeys[i], or nil where ExtraKeys is nil).
+// It fails, wrapping no sentinel, for an unknown Encoding or
 // HashForm and for an event of an unknown Type.
 func EncodeWith(b Batch, opts EncodeOptions) ([]byte, error) {
 	if opts.Encoding > EncodingArray {
@@ -192,17 +193,7 @@ func (w *writer) event(i int, ev *Event) error {
 			{"lora_id", w.EncodeNil},
 			{"medium", func() error { return w.optString(ev.Medium) }},
 			{"lora_name", func() error { return w.optString(ev.LoraName) }},
-			{"extra_keys", func() error {
-				if err := w.EncodeArrayLen(len(ev.BlockHashes)); err != nil {
-					return err
-				}
-				for range ev.BlockHashes {
-					if err := w.EncodeNil(); err != nil {
-						return err
-					}
-				}
-				return nil
-			}},
+			{"extra_keys", func() error { return w.extraKeys(ev) }},
 			{"group_idx", group},
 		}
 		kind := ev.KVCacheSpecKind
@@ -299,4 +290,51 @@ func (w *writer) optString(s string) error {
 		return w.EncodeNil()
 	}
 	return w.EncodeString(s)
+}
+
+// extraKeys writes ev's extra_keys: nil without HasExtraKeys, else
+// ExtraKeysLen entries, each nil or an array of the block's keys.
+func (w *writer) extraKeys(ev *Event) error {
+	if !ev.HasExtraKeys {
+		return w.EncodeNil()
+	}
+	if err := w.EncodeArrayLen(ev.ExtraKeysLen); err != nil {
+		return err
+	}
+	for i := 0; i < ev.ExtraKeysLen; i++ {
+		var keys []Extra
+		if i < len(ev.ExtraKeys) {
+			keys = ev.ExtraKeys[i]
+		}
+		if keys == nil {
+			if err := w.EncodeNil(); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.EncodeArrayLen(len(keys)); err != nil {
+			return err
+		}
+		for _, k := range keys {
+			var err error
+			switch k.Kind {
+			case ExtraString:
+				err = w.EncodeString(string(k.Data))
+			case ExtraBytes:
+				err = w.EncodeBytes(k.Data)
+			case ExtraInt:
+				if len(k.Data) != 8 {
+					err = fmt.Errorf("int extra key of %d bytes, want 8", len(k.Data))
+					break
+				}
+				err = w.EncodeInt(int64(binary.LittleEndian.Uint64(k.Data)))
+			default:
+				err = fmt.Errorf("extra key of unknown kind %d", k.Kind)
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

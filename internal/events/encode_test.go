@@ -30,6 +30,9 @@ var roundTripBatch = Batch{
 		{Type: BlockRemoved, Index: 6, BlockHashes: []uint64{4}, Medium: "cpu_tier2", Tier: tier.Disk, GroupIdx: 2},
 		{Type: TierBlocksCleared, Index: 7, Tier: tier.GPU},
 		{Type: TierBlocksCleared, Index: 8, Medium: "CPU_PINNED", Tier: tier.CPU},
+		{Type: BlockStored, Index: 9, BlockHashes: []uint64{4, 5}, TokenIDs: []int64{1, 2}, BlockSize: 1, Tier: tier.GPU,
+			HasExtraKeys: true, ExtraKeysLen: 2, ExtraKeys: [][]Extra{{{Kind: ExtraString, Data: []byte("l")}, {Kind: ExtraBytes, Data: []byte{1}}, {Kind: ExtraInt, Data: le(-2)}}, nil}},
+		{Type: BlockStored, Index: 10, BlockHashes: []uint64{6}, TokenIDs: []int64{1}, BlockSize: 1, Tier: tier.GPU, HasExtraKeys: true, ExtraKeysLen: 1},
 	},
 }
 
@@ -217,3 +220,6 @@ func TestEncodeErrors(t *testing.T) {
 		})
 	}
 }
+
+// le is the canonical bytes of an int extra key.
+func le(v int64) []byte { return binary.LittleEndian.AppendUint64(nil, uint64(v)) }

@@ -84,6 +84,18 @@ type Event struct {
 	Tier tier.Tier
 	// LoraName is the adapter name of the stored blocks, when any.
 	LoraName string
+	// HasExtraKeys reports a non-nil extra_keys array of ExtraKeysLen
+	// elements (meant to be one per block). ExtraKeys are their keys in
+	// order: nil when every element was nil, else ExtraKeysLen entries,
+	// each nil or one block's keys. Token mode folds them into the
+	// canonical key; engine-hash mode ignores them.
+	HasExtraKeys bool
+	ExtraKeysLen int
+	ExtraKeys    [][]Extra
+	// BadExtraKeys, when not empty, says why extra_keys could not be read.
+	// The event is still valid (engine-hash mode needs no extra keys);
+	// token mode cannot key it and skips it.
+	BadExtraKeys string
 	// GroupIdx is the KV-cache group (hybrid models: mamba, sliding-window
 	// and attention groups in one engine) of a BlockStored or BlockRemoved;
 	// nil decodes as 0. The decoder keeps every group: which one an

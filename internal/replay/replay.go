@@ -40,11 +40,12 @@ type Mismatch struct {
 	Line int
 	// Describe is the step's note, when it has one.
 	Describe string
-	// Model and Hashes (or Tokens, for a token lookup) are what was
-	// looked up.
-	Model  string
-	Hashes []uint64
-	Tokens *scenario.Tokens
+	// Model and Hashes are what was looked up; for a token lookup Hashes
+	// are the canonical keys of Tokens at BlockSize.
+	Model     string
+	Hashes    []uint64
+	Tokens    []uint32
+	BlockSize int
 	// Expected and Actual are the endpoints expected and returned.
 	Expected, Actual []scenario.Match
 	// Diffs says what differs, one line each.
@@ -99,9 +100,8 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 			lctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
 			var got *client.LookupResult
 			var err error
-			if tk := st.Lookup.Tokens; tk != nil {
-				p := client.TokenPrompt{TokenIDs: tk.TokenIDs, LoRAName: tk.LoRAName, CacheSalt: tk.CacheSalt}
-				got, err = t.Index.LookupTokens(lctx, st.Lookup.Model, p, client.WithBarrier(timeout, barrier...))
+			if st.Lookup.Tokens != nil {
+				got, err = t.Index.LookupTokens(lctx, st.Lookup.Model, st.Lookup.Prompt(), client.WithBarrier(timeout, barrier...))
 			} else {
 				got, err = t.Index.Lookup(lctx, st.Lookup.Model, st.Lookup.Hashes, client.WithBarrier(timeout, barrier...))
 			}
@@ -113,7 +113,8 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 			actual := Matches(got)
 			if diffs := st.Lookup.Check(actual); diffs != nil {
 				res.Mismatches = append(res.Mismatches, Mismatch{
-					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Hashes, Tokens: st.Lookup.Tokens,
+					Line: st.Line, Describe: st.Lookup.Describe, Model: st.Lookup.Model, Hashes: st.Lookup.Keys(),
+					Tokens: st.Lookup.Tokens, BlockSize: st.Lookup.BlockSize,
 					Expected: st.Lookup.Expect, Actual: actual, Diffs: diffs,
 				})
 			}
@@ -146,4 +147,59 @@ func Matches(r *client.LookupResult) []scenario.Match {
 		out = append(out, scenario.Match{Pod: m.Endpoint.Pod, DPRank: m.Endpoint.DPRank, Blocks: m.Blocks, Tiers: tiers, BlockSize: m.BlockSize})
 	}
 	return out
+}
+
+// ProbeModel is the model of the record HashMode produces to learn a
+// deployment's hash mode; no scenario uses it.
+const ProbeModel = "kvindex-replay-probe"
+
+// ErrHashMode is wrapped by HashMode's error when a deployment's ingesters
+// run in another hash mode than a scenario's.
+var ErrHashMode = errors.New("replay: the deployment's hash mode differs from the scenario's")
+
+// HashMode learns the hash mode of the deployment t names: it produces a
+// heartbeat of a probe endpoint (model ProbeModel, pod pod), waits until
+// indexd reflects it, reads the endpoint's hash mode from ListEndpoints,
+// and produces a goodbye so the probe leaves no endpoint behind. The
+// answer is scenario.HashModeToken or scenario.HashModeEngine.
+func HashMode(ctx context.Context, t Target, pod string) (string, error) {
+	timeout := t.BarrierTimeout
+	if timeout <= 0 {
+		timeout = DefaultBarrierTimeout
+	}
+	probe := func(kind string) (*kgo.Record, error) {
+		rec := &kgo.Record{Topic: t.Topic, Key: []byte(pod), Headers: []kgo.RecordHeader{{Key: "kind", Value: []byte(kind)}, {Key: "model", Value: []byte(ProbeModel)}}}
+		if err := t.Producer.ProduceSync(ctx, rec).FirstErr(); err != nil {
+			return nil, fmt.Errorf("%w: producing the hash-mode probe: %v", ErrTarget, err)
+		}
+		return rec, nil
+	}
+	rec, err := probe("heartbeat")
+	if err != nil {
+		return "", err
+	}
+	defer func() { _, _ = probe("goodbye") }()
+	lctx, cancel := context.WithTimeout(ctx, timeout+5*time.Second)
+	defer cancel()
+	barrier := client.PartitionOffset{Topic: t.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	if _, err := t.Index.Lookup(lctx, ProbeModel, []uint64{0}, client.WithBarrier(timeout, barrier)); err != nil {
+		return "", fmt.Errorf("%w: waiting for the hash-mode probe: %v", ErrTarget, err)
+	}
+	list, err := t.Index.ListEndpoints(lctx, ProbeModel)
+	if err != nil {
+		return "", fmt.Errorf("%w: listing the hash-mode probe: %v", ErrTarget, err)
+	}
+	for _, ep := range list.Endpoints {
+		if ep.Endpoint.Pod != pod {
+			continue
+		}
+		switch ep.HashMode {
+		case client.HashModeToken:
+			return scenario.HashModeToken, nil
+		case client.HashModeEngine:
+			return scenario.HashModeEngine, nil
+		}
+		return "", fmt.Errorf("%w: the probe endpoint reports hash mode %v", ErrTarget, ep.HashMode)
+	}
+	return "", fmt.Errorf("%w: the hash-mode probe is not listed", ErrTarget)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/stack/stacktest"
@@ -20,19 +21,21 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
 
-// startStack runs a fresh in-process stack with short group timeouts.
-func startStack(t *testing.T) *stack.Stack {
+// startStack runs a fresh in-process stack with short group timeouts in
+// hash mode mode.
+func startStack(t *testing.T, mode string) *stack.Stack {
 	t.Helper()
 	return stacktest.Start(t, func(c *stack.Config) {
 		c.Ingester = func(c *ingester.Config) {
 			c.SessionTimeout, c.RebalanceTimeout, c.LeaseTTL = 6*time.Second, 6*time.Second, 30*time.Second
+			c.HashMode = keyspace.HashMode(mode)
 		}
 	})
 }
 
 func replay(t *testing.T, s *scenario.Scenario) Result {
 	t.Helper()
-	st := startStack(t)
+	st := startStack(t, s.HashMode)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
 	if err != nil {
 		t.Fatal(err)
@@ -90,5 +93,55 @@ func TestMismatchIsReported(t *testing.T) {
 	m := res.Mismatches[0]
 	if m.Line != doctored.Line || len(m.Diffs) != 1 || !strings.Contains(m.Diffs[0], "expected 3 blocks, got 4") {
 		t.Fatalf("mismatch %+v, want line %d saying expected 3 blocks, got 4", m, doctored.Line)
+	}
+}
+
+// TestHashModeProbe: HashMode learns a deployment's hash mode from a probe
+// endpoint, which it leaves behind for no one.
+func TestHashModeProbe(t *testing.T) {
+	for _, mode := range []string{scenario.HashModeToken, scenario.HashModeEngine} {
+		t.Run(mode, func(t *testing.T) {
+			st := startStack(t, mode)
+			prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prod.Close()
+			idx, err := client.New(st.GRPCAddr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer idx.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for st.Ready() != nil { // a deployment a replay targets is up
+				select {
+				case <-ctx.Done():
+					t.Fatal("the stack never got ready")
+				case <-time.After(20 * time.Millisecond):
+				}
+			}
+			target := Target{Producer: prod, Topic: st.Topic(), Index: idx}
+			got, err := HashMode(ctx, target, "probe")
+			if err != nil || got != mode {
+				t.Fatalf("HashMode = %q, %v; want %q", got, err, mode)
+			}
+			// The goodbye went out after the probe: once applied, no
+			// probe endpoint is listed.
+			rec := &kgo.Record{Topic: st.Topic(), Key: []byte("probe"), Headers: []kgo.RecordHeader{{Key: "kind", Value: []byte("heartbeat")}, {Key: "model", Value: []byte("other")}}}
+			if err := prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := idx.Lookup(ctx, "other", []uint64{0}, client.WithBarrier(30*time.Second, client.PartitionOffset{Topic: st.Topic(), Partition: rec.Partition, Offset: rec.Offset})); err != nil {
+				t.Fatal(err)
+			}
+			list, err := idx.ListEndpoints(ctx, ProbeModel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(list.Endpoints) != 0 {
+				t.Errorf("probe endpoints left: %+v", list.Endpoints)
+			}
+		})
 	}
 }

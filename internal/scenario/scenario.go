@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/contract"
 )
 
@@ -34,11 +35,22 @@ type Scenario struct {
 	// Name and Summary come from the file's first line.
 	Name    string
 	Summary string
+	// HashMode is the first line's "hash_mode": HashModeToken for a
+	// scenario whose block keys are kvindex's canonical keys (runners
+	// run it on a token-mode ingester), HashModeEngine (the default when
+	// absent) for engine hashes.
+	HashMode string
 	// Path is the file it was loaded from, when loaded from a file.
 	Path string
 	// Steps are the publish and lookup steps in file order.
 	Steps []Step
 }
+
+// The hash modes a scenario may name (the ingester's --hash-mode values).
+const (
+	HashModeEngine = "engine"
+	HashModeToken  = "token"
+)
 
 // Kind is the kind of a step.
 type Kind uint8
@@ -86,39 +98,46 @@ func (p *Publish) HeaderKeys() []string {
 	return keys
 }
 
-// Lookup is a Lookup to run and the endpoints it must return: by block
-// Hashes, or by Tokens (a token Lookup) when Tokens is non-nil.
+// Lookup is a Lookup to run and the endpoints it must return: by Hashes,
+// or (token-mode scenarios) by Tokens with BlockSize and optional LoRAName
+// and CacheSalt.
 type Lookup struct {
-	Model    string
-	Hashes   []uint64
-	Tokens   *Tokens
-	Expect   []Match
-	Describe string
-}
-
-// Tokens is a lookup step's prompt as token ids (client.LookupTokens):
-// the line's "tokens", "block_size", "lora_name" and "cache_salt".
-type Tokens struct {
-	TokenIDs []uint32
-	// BlockSize is the block size the step expects: every listed
-	// endpoint's match must report it. At least 1.
+	Model  string
+	Hashes []uint64
+	// Tokens, when not nil, are the prompt's token ids; BlockSize is the
+	// block size the caller expects, which every returned match must
+	// report; LoRAName and CacheSalt are the request's extras.
+	Tokens    []uint32
 	BlockSize int
 	LoRAName  string
 	CacheSalt string
+	Expect    []Match
+	Describe  string
 }
 
-// Check compares actual with the step's expectation (Compare) and, for a
-// token lookup, also reports every expected endpoint whose match does not
-// report the step's block size; nil means they agree.
+// Keys returns the block keys the lookup names: Hashes, or the canonical
+// keys of Tokens at BlockSize (client.TokenKeys), for runners that look
+// blocks up by key.
+func (l *Lookup) Keys() []uint64 {
+	if l.Tokens == nil {
+		return l.Hashes
+	}
+	return client.TokenKeys(l.Prompt(), l.BlockSize)
+}
+
+// Prompt returns the token lookup's prompt (Tokens and extras).
+func (l *Lookup) Prompt() client.TokenPrompt {
+	return client.TokenPrompt{TokenIDs: l.Tokens, LoRAName: l.LoRAName, CacheSalt: l.CacheSalt}
+}
+
+// Check compares actual matches with the expectation (Compare) and, for a
+// token lookup, also requires every match to report BlockSize.
 func (l *Lookup) Check(actual []Match) []string {
 	diffs := Compare(l.Expect, actual)
-	if l.Tokens == nil {
-		return diffs
-	}
-	for _, e := range l.Expect {
-		for _, a := range actual {
-			if a.Pod == e.Pod && a.DPRank == e.DPRank && a.BlockSize != l.Tokens.BlockSize {
-				diffs = append(diffs, fmt.Sprintf("%s rank %d: expected block size %d, got %d", e.Pod, e.DPRank, l.Tokens.BlockSize, a.BlockSize))
+	if l.Tokens != nil {
+		for _, m := range actual {
+			if m.BlockSize != l.BlockSize {
+				diffs = append(diffs, fmt.Sprintf("%s rank %d: block size %d, expected %d", m.Pod, m.DPRank, m.BlockSize, l.BlockSize))
 			}
 		}
 	}
@@ -133,27 +152,27 @@ type Match struct {
 	// Tiers, when non-nil in an expectation, is the best tier of each
 	// matched block ("gpu", "cpu", "disk"); nil means "not checked".
 	Tiers []string `json:"tiers,omitempty"`
-	// BlockSize is, in an answer, the block size the endpoint reports
-	// (Lookup.Check compares it with a token lookup's); expectations leave
-	// it out (the step's block_size applies to each).
+	// BlockSize is the endpoint's block size in an actual match (what the
+	// index reports); expectations leave it out.
 	BlockSize int `json:"block_size,omitempty"`
 }
 
 type line struct {
-	Step      string            `json:"step"`
-	Name      string            `json:"name"`
-	Summary   string            `json:"summary"`
-	Key       *string           `json:"key"`
-	Headers   map[string]string `json:"headers"`
-	ValueB64  *string           `json:"value_b64"`
-	Describe  string            `json:"describe"`
-	Model     string            `json:"model"`
-	Hashes    []string          `json:"hashes"`
-	Tokens    []uint32          `json:"tokens"`
-	BlockSize int               `json:"block_size"`
-	LoRAName  string            `json:"lora_name"`
-	CacheSalt string            `json:"cache_salt"`
-	Expect    []Match           `json:"expect"`
+	Step     string            `json:"step"`
+	Name     string            `json:"name"`
+	Summary  string            `json:"summary"`
+	HashMode string            `json:"hash_mode"`
+	Key      *string           `json:"key"`
+	Headers  map[string]string `json:"headers"`
+	ValueB64 *string           `json:"value_b64"`
+	Describe string            `json:"describe"`
+	Model    string            `json:"model"`
+	Hashes   []string          `json:"hashes"`
+	Tokens   []int64           `json:"tokens"`
+	BlockSz  int               `json:"block_size"`
+	LoRAName string            `json:"lora_name"`
+	Salt     string            `json:"cache_salt"`
+	Expect   []Match           `json:"expect"`
 }
 
 // Load reads and parses the scenario file at path.
@@ -215,10 +234,17 @@ func Parse(r io.Reader) (*Scenario, error) {
 			if l.Step != "scenario" {
 				return nil, fmt.Errorf("%w: line %d: first step is %q, want \"scenario\"", ErrMalformed, n, l.Step)
 			}
-			s = &Scenario{Name: l.Name, Summary: l.Summary}
+			switch l.HashMode {
+			case "", HashModeEngine:
+				l.HashMode = HashModeEngine
+			case HashModeToken:
+			default:
+				return nil, fmt.Errorf("%w: line %d: hash_mode %q, want %q or %q", ErrMalformed, n, l.HashMode, HashModeToken, HashModeEngine)
+			}
+			s = &Scenario{Name: l.Name, Summary: l.Summary, HashMode: l.HashMode}
 			continue
 		}
-		step, err := parseStep(n, &l)
+		step, err := parseStep(n, &l, s.HashMode)
 		if err != nil {
 			return nil, err
 		}
@@ -233,7 +259,7 @@ func Parse(r io.Reader) (*Scenario, error) {
 	return s, nil
 }
 
-func parseStep(n int, l *line) (Step, error) {
+func parseStep(n int, l *line, mode string) (Step, error) {
 	switch l.Step {
 	case "publish":
 		if l.Key == nil || l.ValueB64 == nil {
@@ -264,15 +290,24 @@ func parseStep(n int, l *line) (Step, error) {
 			expect = []Match{}
 		}
 		lk := &Lookup{Model: l.Model, Hashes: hashes, Expect: expect, Describe: l.Describe}
-		switch {
-		case l.Tokens != nil && l.Hashes != nil:
-			return Step{}, fmt.Errorf("%w: line %d: lookup has both hashes and tokens", ErrMalformed, n)
-		case l.Tokens != nil:
-			if l.BlockSize <= 0 {
-				return Step{}, fmt.Errorf("%w: line %d: a token lookup needs a positive block_size, got %d", ErrMalformed, n, l.BlockSize)
+		if l.Tokens != nil {
+			switch {
+			case mode != HashModeToken:
+				return Step{}, fmt.Errorf("%w: line %d: a lookup by tokens needs a scenario with \"hash_mode\": \"token\"", ErrMalformed, n)
+			case len(l.Hashes) > 0:
+				return Step{}, fmt.Errorf("%w: line %d: lookup names both tokens and hashes", ErrMalformed, n)
+			case l.BlockSz <= 0:
+				return Step{}, fmt.Errorf("%w: line %d: lookup by tokens needs a positive block_size", ErrMalformed, n)
 			}
-			lk.Tokens = &Tokens{TokenIDs: l.Tokens, BlockSize: l.BlockSize, LoRAName: l.LoRAName, CacheSalt: l.CacheSalt}
-		case l.BlockSize != 0 || l.LoRAName != "" || l.CacheSalt != "":
+			lk.Tokens = make([]uint32, len(l.Tokens))
+			for i, t := range l.Tokens {
+				if t < 0 || t > 1<<32-1 {
+					return Step{}, fmt.Errorf("%w: line %d: token %d (%d) is not a uint32", ErrMalformed, n, i, t)
+				}
+				lk.Tokens[i] = uint32(t)
+			}
+			lk.BlockSize, lk.LoRAName, lk.CacheSalt = l.BlockSz, l.LoRAName, l.Salt
+		} else if l.BlockSz != 0 || l.LoRAName != "" || l.Salt != "" {
 			return Step{}, fmt.Errorf("%w: line %d: block_size, lora_name and cache_salt go with tokens", ErrMalformed, n)
 		}
 		return Step{Line: n, Kind: KindLookup, Lookup: lk}, nil

@@ -84,62 +84,57 @@ func TestCompare(t *testing.T) {
 	}
 }
 
-func TestParseTokenLookup(t *testing.T) {
+func TestTokenLookupSteps(t *testing.T) {
 	head := `{"step": "scenario", "name": "t", "hash_mode": "token"}` + "\n"
-	for _, tc := range []struct {
-		name    string
-		line    string
-		want    *Lookup
-		wantErr string
+	tests := []struct {
+		name, file string
+		want       *Lookup
+		err        bool
 	}{
-		{name: "tokens_with_extras",
-			line: `{"step": "lookup", "model": "m", "tokens": [1, 2, 3, 4], "block_size": 2, "lora_name": "sql-lora", "cache_salt": "tenant-7", "expect": [{"pod": "p", "blocks": 2}]}`,
-			want: &Lookup{Model: "m", Hashes: []uint64{}, Tokens: &Tokens{TokenIDs: []uint32{1, 2, 3, 4}, BlockSize: 2, LoRAName: "sql-lora", CacheSalt: "tenant-7"},
-				Expect: []Match{{Pod: "p", Blocks: 2}}}},
-		{name: "tokens_expecting_nothing",
-			line: `{"step": "lookup", "model": "m", "tokens": [], "block_size": 16}`,
-			want: &Lookup{Model: "m", Hashes: []uint64{}, Tokens: &Tokens{TokenIDs: []uint32{}, BlockSize: 16}, Expect: []Match{}}},
-		{name: "hashes_and_tokens", line: `{"step": "lookup", "model": "m", "hashes": ["01"], "tokens": [1], "block_size": 1}`, wantErr: "both hashes and tokens"},
-		{name: "tokens_without_block_size", line: `{"step": "lookup", "model": "m", "tokens": [1]}`, wantErr: "positive block_size"},
-		{name: "lora_without_tokens", line: `{"step": "lookup", "model": "m", "hashes": ["01"], "lora_name": "l"}`, wantErr: "go with tokens"},
-		{name: "token_id_too_big", line: `{"step": "lookup", "model": "m", "tokens": [4294967296], "block_size": 1}`, wantErr: "line 2"},
-	} {
+		{
+			name: "tokens_with_extras",
+			file: head + `{"step": "lookup", "model": "m", "tokens": [1, 2, 3, 4], "block_size": 2, "lora_name": "l", "cache_salt": "s", "expect": []}`,
+			want: &Lookup{Model: "m", Hashes: []uint64{}, Tokens: []uint32{1, 2, 3, 4}, BlockSize: 2, LoRAName: "l", CacheSalt: "s", Expect: []Match{}},
+		},
+		{name: "tokens_in_an_engine_mode_file", file: `{"step": "scenario", "name": "t"}` + "\n" + `{"step": "lookup", "model": "m", "tokens": [1], "block_size": 1}`, err: true},
+		{name: "tokens_without_block_size", file: head + `{"step": "lookup", "model": "m", "tokens": [1]}`, err: true},
+		{name: "tokens_and_hashes", file: head + `{"step": "lookup", "model": "m", "tokens": [1], "block_size": 1, "hashes": ["01"]}`, err: true},
+		{name: "token_out_of_range", file: head + `{"step": "lookup", "model": "m", "tokens": [4294967296], "block_size": 1}`, err: true},
+		{name: "salt_without_tokens", file: head + `{"step": "lookup", "model": "m", "hashes": ["01"], "cache_salt": "s"}`, err: true},
+		{name: "unknown_mode", file: `{"step": "scenario", "name": "t", "hash_mode": "sha"}`, err: true},
+	}
+	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := Parse(strings.NewReader(head + tc.line))
-			if tc.wantErr != "" {
-				if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want ErrMalformed containing %q", err, tc.wantErr)
+			s, err := Parse(strings.NewReader(tc.file))
+			if tc.err {
+				if !errors.Is(err, ErrMalformed) {
+					t.Fatalf("Parse = %v, want ErrMalformed", err)
 				}
 				return
 			}
 			if err != nil {
 				t.Fatal(err)
 			}
+			if s.HashMode != HashModeToken {
+				t.Errorf("hash mode %q, want token", s.HashMode)
+			}
 			if diff := cmp.Diff(tc.want, s.Steps[0].Lookup); diff != "" {
-				t.Fatalf("(-want +got):\n%s", diff)
+				t.Errorf("lookup (-want +got):\n%s", diff)
 			}
 		})
+	}
+	s, err := Parse(strings.NewReader(`{"step": "scenario", "name": "t"}`))
+	if err != nil || s.HashMode != HashModeEngine {
+		t.Errorf("a file without hash_mode: %q, %v; want engine", s.HashMode, err)
 	}
 }
 
 func TestLookupCheckBlockSize(t *testing.T) {
-	tok := &Lookup{Tokens: &Tokens{BlockSize: 16}, Expect: []Match{{Pod: "a", Blocks: 2}}}
-	hash := &Lookup{Expect: []Match{{Pod: "a", Blocks: 2}}}
-	for _, tc := range []struct {
-		name   string
-		lookup *Lookup
-		actual []Match
-		want   []string
-	}{
-		{"token_block_size_agrees", tok, []Match{{Pod: "a", Blocks: 2, BlockSize: 16}}, nil},
-		{"token_block_size_differs", tok, []Match{{Pod: "a", Blocks: 2, BlockSize: 32}}, []string{"a rank 0: expected block size 16, got 32"}},
-		{"hash_lookup_ignores_block_size", hash, []Match{{Pod: "a", Blocks: 2, BlockSize: 32}}, nil},
-		{"blocks_still_checked", tok, []Match{{Pod: "a", Blocks: 1, BlockSize: 16}}, []string{"a rank 0: expected 2 blocks, got 1"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			if diff := cmp.Diff(tc.want, tc.lookup.Check(tc.actual)); diff != "" {
-				t.Fatalf("(-want +got):\n%s", diff)
-			}
-		})
+	l := &Lookup{Tokens: []uint32{1, 2}, BlockSize: 2, Expect: []Match{{Pod: "a", Blocks: 1}}}
+	if d := l.Check([]Match{{Pod: "a", Blocks: 1, BlockSize: 2}}); d != nil {
+		t.Errorf("matching block size: %v", d)
+	}
+	if d := l.Check([]Match{{Pod: "a", Blocks: 1, BlockSize: 16}}); len(d) != 1 {
+		t.Errorf("another block size: %v, want one difference", d)
 	}
 }

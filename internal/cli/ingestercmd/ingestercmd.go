@@ -56,6 +56,9 @@ effect in fenced, bounded transactions that carry the partition's offset
 	c := &f.cfg
 	fs.StringVar(&c.Group, "group", contract.DefaultGroup, "Kafka consumer group the ingesters share")
 	fs.StringVar(&c.ID, "id", "", "ingester id in owner records and ingesters/ (default: host name and pid)")
+	fs.StringVar((*string)(&c.HashMode), "hash-mode", string(c.HashMode), "block keys: token (kvindex's canonical key of each block's tokens, so routers need no engine hasher) or engine (the engine's own hash); recorded in every endpoint record")
+	fs.IntVar(&c.MaxMapEntries, "max-map-entries", c.MaxMapEntries, "token mode: most engine hash -> key entries per partition (about 50 bytes each); past it the endpoint with the most is dropped as by resync")
+	fs.IntVar(&c.MapRebuildPageBytes, "map-rebuild-page-bytes", c.MapRebuildPageBytes, "token mode: most bytes of one etcd page when a new owner rebuilds the maps from block values")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
 	fs.DurationVar(&c.OutageThreshold, "outage-threshold", 0, "no record anywhere in the topic for longer than this is an outage, which ages nobody (0: 15s, or half --liveness-window when shorter; must be below it)")
@@ -66,7 +69,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.MaxTxnBytes, "max-txn-bytes", c.MaxTxnBytes, "most encoded bytes in one etcd transaction (under etcd's --max-request-bytes)")
 	fs.IntVar(&c.WindowRecords, "window-records", c.WindowRecords, "most records coalesced into one batch window")
 	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")
-	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before consuming waits")
+	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before fetching that partition pauses")
 	fs.IntVar(&c.MaxTxnsInFlight, "max-txns-in-flight", c.MaxTxnsInFlight, "most block transactions of one partition's window sent without waiting for each other")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most block keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.DropPageSize, "drop-page-size", c.DropPageSize, "most keys one guarded range delete removes")

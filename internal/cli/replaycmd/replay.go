@@ -19,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
@@ -150,6 +151,8 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 		st, err := stack.Start(ctx, stack.Config{
 			DataDir: dir, EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0",
 			Topic: topic, Keyspace: keyspace.Default(), UnsafeNoFsync: true, Logger: log,
+			// Each file runs in its own hash mode.
+			Ingester: func(c *ingester.Config) { c.HashMode = keyspace.HashMode(s.HashMode) },
 		})
 		if err != nil {
 			return replay.Result{}, err
@@ -187,7 +190,21 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 		return replay.Result{}, err
 	}
 	defer idx.Close()
-	return replay.Run(ctx, replay.Target{Producer: prod, Topic: topic, Index: idx, BarrierTimeout: f.barrierTimeout}, s)
+	target := replay.Target{Producer: prod, Topic: topic, Index: idx, BarrierTimeout: f.barrierTimeout}
+	if f.index != "" {
+		// A deployment runs in one hash mode: a file of the other would
+		// fail every lookup, so it is refused before anything of it is
+		// produced.
+		mode, err := replay.HashMode(ctx, target, fmt.Sprintf("replay-probe-%d", os.Getpid()))
+		if err != nil {
+			return replay.Result{}, err
+		}
+		if mode != s.HashMode {
+			return replay.Result{}, &exitError{2, fmt.Errorf("%w: the deployment's ingesters run --hash-mode %s, %s is a %s-mode scenario (start the stack with --hash-mode %s to replay it)",
+				replay.ErrHashMode, mode, s.Path, s.HashMode, s.HashMode)}
+		}
+	}
+	return replay.Run(ctx, target, s)
 }
 
 func report(out io.Writer, format string, s *scenario.Scenario, res replay.Result) {
@@ -222,7 +239,7 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 	fmt.Fprintf(out, "FAIL %s (%s)\n", res.Scenario, s.Path)
 	for _, m := range res.Mismatches {
 		if m.Tokens != nil {
-			fmt.Fprintf(out, "  line %d: lookup %s of %d tokens (block size %d)", m.Line, m.Model, len(m.Tokens.TokenIDs), m.Tokens.BlockSize)
+			fmt.Fprintf(out, "  line %d: lookup %s of %d tokens (block size %d)", m.Line, m.Model, len(m.Tokens), m.BlockSize)
 		} else {
 			fmt.Fprintf(out, "  line %d: lookup %s of %d hashes", m.Line, m.Model, len(m.Hashes))
 		}

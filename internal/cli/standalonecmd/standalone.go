@@ -19,6 +19,7 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/stack"
 )
 
@@ -32,6 +33,7 @@ type flags struct {
 	topic       string
 	partitions  int32
 	liveness    time.Duration
+	hashMode    string
 	tls         common.ServerTLS
 	reflect     bool
 }
@@ -79,6 +81,7 @@ listener over TLS or mutual TLS, as indexd does.`,
 	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
 	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
+	fs.StringVar(&f.hashMode, "hash-mode", string(keyspace.HashModeToken), "block keys: token (kvindex's canonical key of each block's tokens) or engine (the engine's own hash)")
 	return cmd
 }
 
@@ -87,6 +90,10 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	if err != nil {
 		return err
 	}
+	mode, err := keyspace.ParseHashMode(f.hashMode)
+	if err != nil {
+		return fmt.Errorf("--hash-mode: %w", err)
+	}
 	tlsCfg, err := f.tls.Config(log.With("component", "indexd-tls"))
 	if err != nil {
 		return err
@@ -94,7 +101,7 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	s, err := stack.Start(ctx, stack.Config{
 		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
 		Topic: f.topic, Partitions: f.partitions, Logger: log,
-		Ingester: func(c *ingester.Config) { c.LivenessWindow = f.liveness },
+		Ingester: func(c *ingester.Config) { c.LivenessWindow, c.HashMode = f.liveness, mode },
 		Indexd:   func(c *indexd.Config) { c.TLS, c.DisableReflection = tlsCfg, !f.reflect },
 	})
 	var ae *stack.AddrError

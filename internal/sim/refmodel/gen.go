@@ -58,7 +58,11 @@ type genEngine struct {
 	seq        uint64
 	ts         float64
 	stored     []uint64
-	sent       []Record
+	// storedIdx are the universe indexes of stored, so a store can extend
+	// a chain the engine holds (token mode keys only chains whose parent
+	// it knows).
+	storedIdx []int
+	sent      []Record
 	// groups are the kv_cache_spec_kind of each KV-cache group (nil: the
 	// engine sends no kind).
 	groups []any
@@ -149,11 +153,11 @@ func (g *generator) next(e *genEngine) Record {
 		h := g.headers(e)
 		h["kind"] = "goodbye"
 		h["dp_rank"] = strconv.Itoa(e.rank)
-		e.seq, e.stored, e.sent = 0, nil, nil
+		e.seq, e.stored, e.storedIdx, e.sent = 0, nil, nil, nil
 		e.ts += 10
 		return Record{Key: e.pod, Headers: h, Time: g.now}
 	case x < 105: // engine restart: seq back to 0, newer ts, cache empty
-		e.seq, e.stored = 0, nil
+		e.seq, e.stored, e.storedIdx = 0, nil, nil
 		e.ts += 10
 	case x < 120: // a gap nobody healed
 		e.seq += uint64(2 + rng.IntN(3))
@@ -289,13 +293,36 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 		}
 		return map[string]any{"type": "TierBlocksCleared", "medium": "HBM"}
 	}
-	// A store of a chained run of blocks.
+	// A store of a chained run of blocks: half the time extending a
+	// chain the engine stored (its parent known), else anywhere.
 	k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
+	placeholder := medium != nil && medium != "GPU"
+	if placeholder && len(e.stored) > 0 && rng.IntN(4) > 0 {
+		// An offload copy of blocks the engine holds: token-less, no
+		// parent (token mode keys it through the engine hash).
+		hs := make([]any, 0, k)
+		for range k {
+			hs = append(hs, g.wireHash(e.stored[rng.IntN(len(e.stored))]))
+		}
+		kind := e.groups[group]
+		if arrays {
+			return []any{"BlockStored", hs, nil, []any{}, 0, nil, medium, nil, nil, group, kind}
+		}
+		return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": nil, "token_ids": []any{}, "block_size": 0, "medium": medium, "group_idx": group, "kv_cache_spec_kind": kind}
+	}
 	start := rng.IntN(g.cfg.Universe)
+	switch x := rng.IntN(4); {
+	case x < 2 && len(e.storedIdx) > 0:
+		start = (e.storedIdx[rng.IntN(len(e.storedIdx))] + 1) % g.cfg.Universe
+	case x == 2:
+		start = 0 // a prompt's first block: no parent
+	}
 	hs := make([]any, 0, k)
 	for i := range k {
-		h := g.hash(e.model, (start+i)%g.cfg.Universe)
+		u := (start + i) % g.cfg.Universe
+		h := g.hash(e.model, u)
 		e.stored = append(e.stored, h)
+		e.storedIdx = append(e.storedIdx, u)
 		hs = append(hs, g.wireHash(h))
 	}
 	var parent any
@@ -312,14 +339,33 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 	if len(tokens) == 0 {
 		bs = 0 // offload placeholder
 	}
+	// Extras (token mode keys them; engine-hash mode ignores them): a LoRA
+	// name alone, or extra_keys per block (LoRA and salt on block 0,
+	// vLLM's (mm_hash, offset) tuple, nil).
+	var lora, extra any
+	switch rng.IntN(6) {
+	case 0:
+		lora = "lora-a"
+	case 1:
+		keys := make([]any, k)
+		for i := range keys {
+			switch {
+			case i == 0:
+				keys[i] = []any{"lora-b", "salt-1"}
+			case rng.IntN(2) == 0:
+				keys[i] = []any{"lora-b", []any{"mm-1", -i}}
+			}
+		}
+		lora, extra = "lora-b", keys
+	}
 	kind := e.groups[group]
 	if arrays {
 		if group == 0 && kind == nil {
-			return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil}
+			return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, lora, extra}
 		}
-		return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, nil, nil, group, kind}
+		return []any{"BlockStored", hs, parent, tokens, bs, nil, medium, lora, extra, group, kind}
 	}
-	return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": tokens, "block_size": bs, "lora_id": nil, "medium": medium, "lora_name": nil, "group_idx": group, "kv_cache_spec_kind": kind}
+	return map[string]any{"type": "BlockStored", "block_hashes": hs, "parent_block_hash": parent, "token_ids": tokens, "block_size": bs, "lora_id": nil, "medium": medium, "lora_name": lora, "extra_keys": extra, "group_idx": group, "kv_cache_spec_kind": kind}
 }
 
 // garbage returns a record the pipeline must skip whole.

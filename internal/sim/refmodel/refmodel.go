@@ -68,6 +68,11 @@ type Config struct {
 	// older than this on the clock (the latest record time seen, or a time
 	// given to Expire). Zero turns liveness off.
 	LivenessWindow time.Duration
+	// HashMode is what blocks are keyed by (DESIGN "Hashing"): the zero
+	// value and keyspace.HashModeEngine key them by the engine's hash;
+	// keyspace.HashModeToken by the canonical key of their tokens
+	// (token.go).
+	HashMode keyspace.HashMode
 }
 
 // Model is the reference state: which (endpoint, tier, block) are present,
@@ -88,7 +93,9 @@ type blockID struct {
 }
 
 type endpoint struct {
-	blocks      map[blockID]struct{}
+	blocks map[blockID]struct{}
+	// engine maps engine hash to canonical key in token mode.
+	engine      map[uint64]tokenEntry
 	seq         *uint64
 	ts          float64
 	incarnation string
@@ -137,7 +144,7 @@ func (m *Model) SkippedEvents() map[string]int {
 // map, and records the current one.
 func (m *Model) remapped(st *endpoint) {
 	if st.mediums != m.mediums {
-		clear(st.blocks)
+		st.clear()
 		st.mediums = m.mediums
 	}
 }
@@ -176,7 +183,7 @@ func (m *Model) Apply(r Record) string {
 		case "resync":
 			if st := m.endpoints[ep]; st != nil {
 				m.remapped(st)
-				clear(st.blocks)
+				st.clear()
 			}
 		case "heartbeat":
 			st := m.state(ep)
@@ -216,21 +223,21 @@ func (m *Model) Apply(r Record) string {
 		newProcess := func() {
 			// Semantics 7's new engine process: its groups are learned
 			// afresh.
-			clear(st.blocks)
+			st.clear()
 			st.group, st.groupSet = 0, false
 		}
 		switch {
 		case inc != "" && st.incarnation != "" && inc != st.incarnation:
 			newProcess()
 		case st.seq == nil:
-			clear(st.blocks)
+			st.clear()
 		case seq == *st.seq+1:
 		case seq <= *st.seq && batch.TS <= st.ts:
 			return SkipDuplicate
 		case seq <= *st.seq: // an older seq with a newer ts: a restart
 			newProcess()
 		default: // a gap
-			clear(st.blocks)
+			st.clear()
 		}
 		s := seq
 		st.seq, st.ts = &s, batch.TS
@@ -246,7 +253,7 @@ func (m *Model) Apply(r Record) string {
 			if ev.Attention() {
 				st.group, st.groupSet = ev.GroupIdx, true
 				if ev.GroupIdx != 0 {
-					clear(st.blocks)
+					st.clear()
 				}
 				break
 			}
@@ -259,6 +266,14 @@ func (m *Model) Apply(r Record) string {
 				m.skipped[events.SkipOtherGroup.String()]++
 				continue
 			}
+			if m.cfg.HashMode == keyspace.HashModeToken {
+				if ev.Type == events.BlockStored {
+					st.storeTokens(ev)
+				} else {
+					st.removeTokens(ev)
+				}
+				continue
+			}
 			for _, h := range ev.BlockHashes {
 				if ev.Type == events.BlockStored {
 					st.blocks[blockID{ev.Tier, h}] = struct{}{}
@@ -267,13 +282,14 @@ func (m *Model) Apply(r Record) string {
 				}
 			}
 		case events.AllBlocksCleared:
-			clear(st.blocks)
+			st.clear()
 		case events.TierBlocksCleared:
 			for b := range st.blocks {
 				if b.tier == ev.Tier {
 					delete(st.blocks, b)
 				}
 			}
+			st.clearTier(ev.Tier)
 		}
 	}
 	return Applied

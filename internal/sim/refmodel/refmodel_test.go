@@ -26,13 +26,13 @@ func TestFixtures(t *testing.T) {
 	}
 	for _, s := range all {
 		t.Run(s.Name, func(t *testing.T) {
-			m := New(Config{})
+			m := New(Config{HashMode: keyspace.HashMode(s.HashMode)})
 			for _, st := range s.Steps {
 				switch st.Kind {
 				case scenario.KindPublish:
 					m.Apply(Record{Key: st.Publish.Key, Headers: st.Publish.Headers, Value: st.Publish.Value})
 				case scenario.KindLookup:
-					if diffs := scenario.Compare(st.Lookup.Expect, m.Lookup(st.Lookup.Model, st.Lookup.Hashes)); diffs != nil {
+					if diffs := scenario.Compare(st.Lookup.Expect, m.Lookup(st.Lookup.Model, st.Lookup.Keys())); diffs != nil {
 						t.Errorf("line %d: %v", st.Line, diffs)
 					}
 				}

@@ -1,0 +1,160 @@
+package ingester
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jonboulle/clockwork"
+
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
+)
+
+// windowView renders what the apply part left in a window: its live ops,
+// its drops, and the endpoints it knows (those marked with a record
+// change starred).
+type windowView struct {
+	Ops       []string
+	Drops     []string
+	Endpoints []string
+}
+
+func viewWindow(a *applier) windowView {
+	var v windowView
+	for _, op := range a.win.ops.ops {
+		if !op.live() {
+			continue
+		}
+		kind := "put"
+		if op.del {
+			kind = "del"
+		}
+		v.Ops = append(v.Ops, fmt.Sprintf("%s %s %s %d", kind, op.ep.id.Pod, op.tier, op.hash))
+	}
+	for _, d := range a.win.drops {
+		s := "drop " + d.ep.id.Pod
+		if d.deleteRecord {
+			s += " with record"
+		}
+		v.Drops = append(v.Drops, s)
+	}
+	for _, ep := range a.win.dirty {
+		if !ep.gone {
+			v.Endpoints = append(v.Endpoints, ep.id.Pod+"*")
+		}
+	}
+	var clean []string
+	for id, ep := range a.eps {
+		if !ep.dirty {
+			clean = append(clean, id.Pod)
+		}
+	}
+	slices.Sort(clean)
+	v.Endpoints = append(v.Endpoints, clean...)
+	return v
+}
+
+// TestApplyToWindow: the apply part turns records into a window's ops,
+// drops and record changes with no etcd and no Kafka behind it (its
+// metrics and logs aside, it touches only the window and the endpoints).
+func TestApplyToWindow(t *testing.T) {
+	now := time.Now()
+	stored := func(pod string, seq string, hashes ...uint64) refmodel.Record {
+		r := batchRecord(t, "m", pod, now, events.Event{Type: events.BlockStored, BlockHashes: hashes, Medium: "GPU"})
+		if seq != "" {
+			r.Headers["seq"] = seq
+		}
+		return r
+	}
+	removed := func(pod string, hashes ...uint64) refmodel.Record {
+		return batchRecord(t, "m", pod, now, events.Event{Type: events.BlockRemoved, BlockHashes: hashes, Medium: "GPU"})
+	}
+	cleared := func(pod string) refmodel.Record {
+		return batchRecord(t, "m", pod, now, events.Event{Type: events.AllBlocksCleared})
+	}
+	control := func(pod, kind string) refmodel.Record {
+		return refmodel.Record{Key: pod, Headers: map[string]string{"model": "m", "kind": kind}, Time: now}
+	}
+	tests := []struct {
+		name string
+		recs []refmodel.Record
+		want windowView
+	}{
+		{
+			name: "stores_and_removes_coalesce",
+			recs: []refmodel.Record{stored("a", "", 1, 2), removed("a", 1), stored("b", "", 3)},
+			want: windowView{Ops: []string{"del a gpu 1", "put a gpu 2", "put b gpu 3"}, Endpoints: []string{"a*", "b*"}},
+		},
+		{
+			name: "clear_voids_earlier_ops_and_keeps_later_ones",
+			recs: []refmodel.Record{stored("a", "", 1), cleared("a"), stored("a", "", 2)},
+			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "goodbye_forgets_the_endpoint",
+			recs: []refmodel.Record{stored("a", "", 1), control("a", "goodbye"), stored("b", "", 2)},
+			want: windowView{Ops: []string{"put b gpu 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"b*"}},
+		},
+		{
+			name: "a_new_state_after_goodbye",
+			recs: []refmodel.Record{stored("a", "", 1), control("a", "goodbye"), stored("a", "", 2)},
+			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "two_drops_of_one_endpoint_are_one",
+			recs: []refmodel.Record{stored("a", "", 1), control("a", "resync"), cleared("a"), stored("a", "", 2)},
+			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "a_new_endpoint_needs_no_drop_for_its_first_seq",
+			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "6", 2)},
+			want: windowView{Ops: []string{"put a gpu 1", "put a gpu 2"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "duplicate_seq_is_skipped",
+			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "5", 2)},
+			want: windowView{Ops: []string{"put a gpu 1"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "a_gap_drops",
+			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "7", 2)},
+			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "heartbeat_creates_and_resync_of_unknown_does_nothing",
+			recs: []refmodel.Record{control("a", "heartbeat"), control("b", "resync")},
+			want: windowView{Endpoints: []string{"a*"}},
+		},
+		{
+			name: "bad_records_are_skipped",
+			recs: []refmodel.Record{{Key: "a", Headers: map[string]string{"model": ""}, Time: now}, {Key: "a", Headers: map[string]string{"model": "m", "kind": "dance"}, Time: now}},
+			want: windowView{},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig().withDefaults()
+			cfg.Clock = clockwork.NewFakeClockAt(now)
+			m, err := newMetrics(cfg.Registry)
+			if err != nil {
+				t.Fatal(err)
+			}
+			part := keyspace.Partition{Topic: "t", Partition: 0}
+			a := &applier{cfg: &cfg, p: part, log: cfg.Logger, m: m, dec: events.NewDecoder(cfg.Mediums),
+				eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
+			for i, r := range tc.recs {
+				kr := ingesttest.KafkaRecord("t", r)
+				kr.Offset = int64(i)
+				a.record(kr, false)
+			}
+			if diff := cmp.Diff(tc.want, viewWindow(a)); diff != "" {
+				t.Errorf("window (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

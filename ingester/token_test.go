@@ -1,0 +1,489 @@
+package ingester
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
+	"github.com/prometheus/client_golang/prometheus"
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/tier"
+)
+
+const tokenModel = "org/token-model"
+
+// tokenPod is a test engine behind one pod: it numbers its batch records.
+type tokenPod struct {
+	pod string
+	seq uint64
+	ts  float64
+}
+
+// batch is the pod's next batch record of evs.
+func (p *tokenPod) batch(t *testing.T, evs ...events.Event) refmodel.Record {
+	t.Helper()
+	p.ts += 0.5
+	v, err := events.Encode(events.Batch{TS: 1.7e9 + p.ts, Events: evs}, events.EncodingMap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := refmodel.Record{Key: p.pod, Headers: map[string]string{"model": tokenModel, "seq": strconv.FormatUint(p.seq, 10)}, Value: v, Time: time.Now()}
+	p.seq++
+	return r
+}
+
+// stored is a BlockStored of hashes with block size bs; parent 0 means
+// none.
+func stored(hashes []uint64, parent uint64, tokens []int64, bs uint32, medium string) events.Event {
+	return events.Event{Type: events.BlockStored, BlockHashes: hashes, ParentHash: parent, HasParent: parent != 0, TokenIDs: tokens, BlockSize: bs, Medium: medium}
+}
+
+func removed(hashes []uint64, medium string) events.Event {
+	return events.Event{Type: events.BlockRemoved, BlockHashes: hashes, Medium: medium}
+}
+
+func tokenIDs(n int, from int64) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = from + int64(i)
+	}
+	return out
+}
+
+func u32(ids []int64) []uint32 {
+	out := make([]uint32, len(ids))
+	for i, t := range ids {
+		out[i] = uint32(t)
+	}
+	return out
+}
+
+// tokenRun is one token-mode ingester on its own topic and prefix.
+type tokenRun struct {
+	e     *env
+	cfg   Config
+	reg   *prometheus.Registry
+	r     *running
+	topic string
+	seen  ingesttest.Offsets
+}
+
+func startToken(t *testing.T, e *env, topic, prefix string, change func(*Config)) *tokenRun {
+	t.Helper()
+	cfg := e.config(t, topic, "g-"+topic, prefix)
+	cfg.HashMode = keyspace.HashModeToken
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	if change != nil {
+		change(&cfg)
+	}
+	return &tokenRun{e: e, cfg: cfg, reg: reg, r: start(t, cfg), topic: topic, seen: ingesttest.Offsets{}}
+}
+
+// send produces recs and waits until the ingester applied them.
+func (tr *tokenRun) send(t *testing.T, ctx context.Context, recs ...refmodel.Record) {
+	t.Helper()
+	tr.seen.Merge(ingesttest.Produce(t, ctx, tr.e.prod, tr.topic, recs))
+	ingesttest.WaitApplied(t, ctx, tr.e.etcd.Client, tr.cfg.Keyspace, tr.topic, tr.seen)
+}
+
+// blockValues maps each block (endpoint pod, tier, key) to its value.
+func blockValues(t *testing.T, ctx context.Context, cli *clientv3.Client, ks keyspace.Keyspace) map[keyspace.Block]string {
+	t.Helper()
+	kvs, err := ingesttest.KVs(ctx, cli, ks.BlocksPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[keyspace.Block]string{}
+	for _, kv := range kvs {
+		b, err := ks.ParseBlockKey(string(kv.Key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[b] = string(kv.Value)
+	}
+	return out
+}
+
+func block(pod string, tr tier.Tier, key uint64) keyspace.Block {
+	return keyspace.Block{Endpoint: keyspace.Endpoint{Model: tokenModel, Pod: pod}, Tier: tr, Hash: key}
+}
+
+func hex16(h uint64) string { return string(keyspace.AppendEngineHash(nil, h)) }
+
+// TestTokenModeSamePromptAcrossPods: two engines hash one prompt
+// differently (an unset PYTHONHASHSEED); in token mode both pods hold the
+// same canonical keys, each valued with the pod's own engine hash, and the
+// records say token mode.
+func TestTokenModeSamePromptAcrossPods(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 2, []string{"tok-pods"})
+	tr := startToken(t, e, "tok-pods", "/kvindex/tok-pods/", nil)
+	toks := tokenIDs(8, 100)
+	a, b := &tokenPod{pod: "a"}, &tokenPod{pod: "b"}
+	tr.send(t, ctx,
+		a.batch(t, stored([]uint64{0xa1, 0xa2}, 0, toks, 4, "GPU")),
+		b.batch(t, stored([]uint64{0xb1, 0xb2}, 0, toks, 4, "GPU")),
+	)
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks)}, 4)
+	want := map[keyspace.Block]string{
+		block("a", tier.GPU, keys[0]): hex16(0xa1), block("a", tier.GPU, keys[1]): hex16(0xa2),
+		block("b", tier.GPU, keys[0]): hex16(0xb1), block("b", tier.GPU, keys[1]): hex16(0xb2),
+	}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("blocks (-want +got):\n%s", diff)
+	}
+	for id, rec := range ingesttest.Endpoints(t, ctx, e.etcd.Client, tr.cfg.Keyspace) {
+		if rec.HashMode != keyspace.HashModeToken {
+			t.Errorf("%s: record hash_mode %q, want token", id, rec.HashMode)
+		}
+	}
+}
+
+// TestTokenModeLifetime walks one endpoint through the map's lifetime:
+// placeholders take their engine hash's key, an entry lives while any tier
+// holds its block, unknown placeholders, orphans and bad tokens are
+// skipped and counted, removals of unknown hashes are no-ops, and a clear
+// forgets every entry.
+func TestTokenModeLifetime(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-life"})
+	tr := startToken(t, e, "tok-life", "/kvindex/tok-life/", nil)
+	p := &tokenPod{pod: "p"}
+	toks := tokenIDs(12, 7)
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks)}, 4)
+	ks := tr.cfg.Keyspace
+	check := func(step string, want map[keyspace.Block]string) {
+		t.Helper()
+		if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, ks), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: blocks (-want +got):\n%s", step, diff)
+		}
+	}
+
+	tr.send(t, ctx,
+		p.batch(t,
+			stored([]uint64{1, 2}, 0, toks[:8], 4, "GPU"),
+			stored([]uint64{3}, 2, toks[8:], 4, "GPU"),       // chained on block 2 of an earlier event
+			stored([]uint64{2, 9}, 0, nil, 0, "CPU"),         // placeholders: 2 known, 9 unknown
+			stored([]uint64{20, 21}, 77, toks[:8], 4, "GPU"), // orphan: parent 77 unknown
+			stored([]uint64{30}, 0, toks[:3], 4, "GPU"),      // 3 tokens for a block of 4
+		))
+	check("stores", map[keyspace.Block]string{
+		block("p", tier.GPU, keys[0]): hex16(1), block("p", tier.GPU, keys[1]): hex16(2), block("p", tier.GPU, keys[2]): hex16(3),
+		block("p", tier.CPU, keys[1]): hex16(2),
+	})
+
+	tr.send(t, ctx, p.batch(t,
+		removed([]uint64{2}, "GPU"),            // still on cpu: the entry lives
+		removed([]uint64{1, 555}, "GPU"),       // 555 unknown: a no-op
+		stored([]uint64{2}, 0, nil, 0, "DISK"), // so a placeholder still finds it
+	))
+	check("removals", map[keyspace.Block]string{
+		block("p", tier.GPU, keys[2]): hex16(3),
+		block("p", tier.CPU, keys[1]): hex16(2), block("p", tier.Disk, keys[1]): hex16(2),
+	})
+
+	tr.send(t, ctx, p.batch(t,
+		removed([]uint64{2}, "CPU"), removed([]uint64{2}, "DISK"), // gone from every tier
+		stored([]uint64{2}, 0, nil, 0, "CPU"), // so the placeholder is unknown now
+	))
+	check("entry_gone", map[keyspace.Block]string{block("p", tier.GPU, keys[2]): hex16(3)})
+
+	tr.send(t, ctx, p.batch(t,
+		events.Event{Type: events.AllBlocksCleared},
+		stored([]uint64{3}, 0, nil, 0, "CPU"), // the clear forgot 3
+	))
+	check("clear", nil)
+
+	counts := map[string]float64{}
+	for _, r := range []string{unkeyedPlaceholder, unkeyedParent, unkeyedTokens, unknownRemoval} {
+		counts[r] = promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(r))
+	}
+	want := map[string]float64{unkeyedPlaceholder: 3, unkeyedParent: 2, unkeyedTokens: 1, unknownRemoval: 1}
+	if diff := cmp.Diff(want, counts); diff != "" {
+		t.Errorf("unkeyed blocks by reason (-want +got):\n%s", diff)
+	}
+}
+
+// TestTokenModeExtras: a block's extras are its extra_keys entry when the
+// event has extra_keys, else its LoRA name; keys match what a router
+// computes for the same request with client.TokenKeys.
+func TestTokenModeExtras(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-extra"})
+	tr := startToken(t, e, "tok-extra", "/kvindex/tok-extra/", nil)
+	toks := tokenIDs(8, 40)
+	lora := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks), LoRAName: "sql"}, 4)
+	salted := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks), LoRAName: "sql", CacheSalt: "tenant-1"}, 4)
+	str := func(s string) events.Extra { return events.Extra{Kind: events.ExtraString, Data: []byte(s)} }
+
+	byName := stored([]uint64{1, 2}, 0, toks, 4, "GPU")
+	byName.LoraName = "sql"
+	byKeys := stored([]uint64{3, 4}, 0, toks, 4, "GPU")
+	byKeys.LoraName = "sql" // ignored: extra_keys rule
+	byKeys.HasExtraKeys, byKeys.ExtraKeysLen = true, 2
+	byKeys.ExtraKeys = [][]events.Extra{{str("sql"), str("tenant-1")}, {str("sql")}}
+	badKeys := stored([]uint64{5}, 0, toks[:4], 4, "GPU")
+	badKeys.HasExtraKeys, badKeys.ExtraKeysLen = true, 2 // not one per block
+
+	a, b := &tokenPod{pod: "a"}, &tokenPod{pod: "b"}
+	tr.send(t, ctx, a.batch(t, byName), b.batch(t, byKeys, badKeys))
+	want := map[keyspace.Block]string{
+		block("a", tier.GPU, lora[0]): hex16(1), block("a", tier.GPU, lora[1]): hex16(2),
+		block("b", tier.GPU, salted[0]): hex16(3), block("b", tier.GPU, salted[1]): hex16(4),
+	}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("blocks (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(unkeyedExtras)); got != 1 {
+		t.Errorf("unkeyed blocks for bad extra_keys = %v, want 1", got)
+	}
+}
+
+// TestTokenModeRebuildOnClaim: a new owner rebuilds the map from the block
+// values before it applies anything, so removals and placeholders of
+// blocks stored under the previous owner reach their keys.
+func TestTokenModeRebuildOnClaim(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-claim"})
+	// Pages of 4 KiB hold a few dozen blocks: the rebuild pages.
+	small := func(c *Config) { c.MapRebuildPageBytes = 4 << 10 }
+	first := startToken(t, e, "tok-claim", "/kvindex/tok-claim/", small)
+	p := &tokenPod{pod: "p"}
+	const n = 120
+	toks := tokenIDs(4*n, 1)
+	hashes := make([]uint64, n)
+	for i := range hashes {
+		hashes[i] = uint64(1000 + i)
+	}
+	first.send(t, ctx, p.batch(t, stored(hashes, 0, toks, 4, "GPU")))
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks)}, 4)
+	if err := first.r.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	second := startToken(t, e, "tok-claim", "/kvindex/tok-claim/", small)
+	second.seen = first.seen
+	second.send(t, ctx, p.batch(t,
+		removed(hashes[:n-1], "GPU"),                                  // only the map knows their keys
+		stored([]uint64{hashes[n-1]}, 0, nil, 0, "CPU"),               // a placeholder of the last one
+		stored([]uint64{5000}, hashes[n-1], tokenIDs(4, 9), 4, "GPU"), // chained on it
+	))
+	want := map[keyspace.Block]string{
+		block("p", tier.GPU, keys[n-1]): hex16(hashes[n-1]),
+		block("p", tier.CPU, keys[n-1]): hex16(hashes[n-1]),
+		block("p", tier.GPU, client.TokenBlockKey(keys[n-1], u32(tokenIDs(4, 9)), nil)): hex16(5000),
+	}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, second.cfg.Keyspace)); diff != "" {
+		t.Errorf("blocks after the new owner's records (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(second.r.in.m.mapRebuilt); got != n {
+		t.Errorf("entries rebuilt = %v, want %d", got, n)
+	}
+}
+
+// TestRebuildMapsPagesAtOneRevision calls the rebuild directly: it reads
+// at one revision at or after the claim's, pages by bytes, and deletes
+// the blocks that cannot enter the map (a value that is not an engine
+// hash, a second key of one engine hash) instead of leaving them
+// unreachable.
+func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-rb"})
+	ks, err := keyspace.New("/kvindex/tok-rb/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
+	put := func(tr tier.Tier, key uint64, val string) {
+		t.Helper()
+		if _, err := e.etcd.Client.Put(ctx, ks.BlockKey(id, tr, key), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 200 {
+		put(tier.GPU, uint64(i+1), hex16(uint64(0x1000+i)))
+	}
+	put(tier.CPU, 1, hex16(0x1000))   // the same block on another tier
+	put(tier.CPU, 999, hex16(0x1001)) // a second key of 0x1001
+	put(tier.Disk, 5, "not an engine hash")
+	claim, err := e.etcd.Client.Put(ctx, "/kvindex/tok-rb/owners/x/0", "claim")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := e.config(t, "tok-rb", "g", "/kvindex/tok-rb/")
+	cfg.HashMode = keyspace.HashModeToken
+	cfg.MapRebuildPageBytes = 4 << 10
+	in, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := keyspace.Partition{Topic: "tok-rb", Partition: 0}
+	ep := newEndpoint(ks, part, id)
+	ep.hashMode = keyspace.HashModeToken
+	engineEp := newEndpoint(ks, part, keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"})
+	engineEp.hashMode = keyspace.HashModeEngine
+	w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep, engineEp.id: engineEp})
+	st, err := w.rebuildMaps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Revision < claim.Header.Revision {
+		t.Errorf("rebuilt at revision %d, before the claim's %d", st.Revision, claim.Header.Revision)
+	}
+	if st.Pages < 3 {
+		t.Errorf("%d pages for 203 keys in 4 KiB pages, want several", st.Pages)
+	}
+	if st.Keys != 203 || st.Entries != 200 || st.Unmapped != 2 {
+		t.Errorf("rebuild stats %+v, want 203 keys, 200 entries, 2 unmapped", st)
+	}
+	if e, ok := ep.engine[0x1000]; !ok || e.key != 1 || e.tiers != bit(tier.GPU)|bit(tier.CPU) {
+		t.Errorf("entry of 0x1000 = %+v, %v; want key 1 in gpu and cpu", e, ok)
+	}
+	// Keys list in key order (cpu < disk < gpu): 0x1001 is first seen
+	// under cpu/999, so its gpu key is the second one.
+	if e, ok := ep.engine[0x1001]; !ok || e.key != 999 {
+		t.Errorf("entry of 0x1001 = %+v, %v; want key 999", e, ok)
+	}
+	want := []tierKey{{tier: tier.GPU, key: 2}, {tier: tier.Disk, key: 5}}
+	if diff := cmp.Diff(want, ep.unmapped, cmp.AllowUnexported(tierKey{}), cmpopts.SortSlices(func(a, b tierKey) bool { return a.key < b.key })); diff != "" {
+		t.Errorf("unmapped blocks (-want +got):\n%s", diff)
+	}
+	if engineEp.engine != nil {
+		t.Errorf("an engine-mode endpoint got a map: %v", engineEp.engine)
+	}
+}
+
+// TestHashModeChangeDropsAndRewrites: an endpoint written in engine-hash
+// mode, claimed by a token-mode ingester, loses its blocks and gets its
+// record rewritten in token mode before any of its records apply.
+func TestHashModeChangeDropsAndRewrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const topic = "tok-mode"
+	e := newEnv(t, 1, []string{topic})
+	cfg := e.config(t, topic, "g-"+topic, "/kvindex/tok-mode/")
+	old := start(t, cfg) // engine-hash mode (the test default)
+	p := &tokenPod{pod: "p"}
+	seen := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{p.batch(t, stored([]uint64{1, 2}, 0, tokenIDs(8, 1), 4, "GPU"))})
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, seen)
+	if got := len(ingesttest.Blocks(t, ctx, e.etcd.Client, cfg.Keyspace)); got != 2 {
+		t.Fatalf("engine-mode run wrote %d blocks, want 2", got)
+	}
+	if err := old.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	tok := cfg
+	tok.HashMode = keyspace.HashModeToken
+	reg := prometheus.NewRegistry()
+	tok.Registry = reg
+	r := start(t, tok)
+	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.Prefix(), "the record rewritten in token mode", func() bool {
+		rec, ok := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
+		return ok && rec.HashMode == keyspace.HashModeToken
+	})
+	if got := ingesttest.Blocks(t, ctx, e.etcd.Client, cfg.Keyspace); len(got) != 0 {
+		t.Errorf("engine-hash blocks left after the mode change: %v", got)
+	}
+	if got := promtest.ToFloat64(r.in.m.drops.WithLabelValues("hash_mode")); got != 1 {
+		t.Errorf("hash_mode drops = %v, want 1", got)
+	}
+	// Its sequence state survives: the next record applies as seq 1.
+	seen.Merge(ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{p.batch(t, stored([]uint64{3}, 0, tokenIDs(4, 1), 4, "GPU"))}))
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, seen)
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(tokenIDs(4, 1))}, 4)
+	if diff := cmp.Diff(map[keyspace.Block]string{block("p", tier.GPU, keys[0]): hex16(3)}, blockValues(t, ctx, e.etcd.Client, cfg.Keyspace)); diff != "" {
+		t.Errorf("blocks after the next record (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(r.in.m.drops.WithLabelValues("gap")) + promtest.ToFloat64(r.in.m.drops.WithLabelValues("restart")); got != 0 {
+		t.Errorf("the next record was taken for a gap or restart (%v drops)", got)
+	}
+}
+
+// TestMapCapDropsLargestEndpoint: past MaxMapEntries the endpoint with the
+// most entries is dropped as by resync (its record kept), never an entry
+// forgotten while its block stays.
+func TestMapCapDropsLargestEndpoint(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-cap"})
+	tr := startToken(t, e, "tok-cap", "/kvindex/tok-cap/", func(c *Config) { c.MaxMapEntries = 5 })
+	a, b := &tokenPod{pod: "a"}, &tokenPod{pod: "b"}
+	tr.send(t, ctx, a.batch(t, stored([]uint64{1, 2}, 0, tokenIDs(8, 1), 4, "GPU")))
+	tr.send(t, ctx, b.batch(t, stored([]uint64{3, 4, 5, 6}, 0, tokenIDs(16, 1), 4, "GPU")))
+	keysA := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(tokenIDs(8, 1))}, 4)
+	want := map[keyspace.Block]string{block("a", tier.GPU, keysA[0]): hex16(1), block("a", tier.GPU, keysA[1]): hex16(2)}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("blocks past the cap (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(tr.r.in.m.drops.WithLabelValues("map_cap")); got != 1 {
+		t.Errorf("map_cap drops = %v, want 1", got)
+	}
+	if _, ok := ingesttest.Endpoints(t, ctx, e.etcd.Client, tr.cfg.Keyspace)[keyspace.Endpoint{Model: tokenModel, Pod: "b"}]; !ok {
+		t.Error("the dropped endpoint's record is gone; a resync keeps it")
+	}
+	// b's engine hashes are forgotten with its blocks: a placeholder of
+	// one is unknown now.
+	tr.send(t, ctx, b.batch(t, stored([]uint64{3}, 0, nil, 0, "CPU")))
+	if got := promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(unkeyedPlaceholder)); got != 1 {
+		t.Errorf("unknown placeholders = %v, want 1", got)
+	}
+	if got := promtest.ToFloat64(tr.r.in.m.mapEntries.WithLabelValues("0")); got != 2 {
+		t.Errorf("map_entries = %v, want 2", got)
+	}
+}
+
+// TestTokenModeTierClearAndGroupChange: a tier clear forgets the entries
+// only that tier held (a placeholder of one is unknown afterwards) and
+// keeps the others; the switch from provisional group 0 to an attention
+// group drops the endpoint's blocks and its whole map.
+func TestTokenModeTierClearAndGroupChange(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-tier"})
+	tr := startToken(t, e, "tok-tier", "/kvindex/tok-tier/", nil)
+	p := &tokenPod{pod: "p"}
+	toks := tokenIDs(8, 3)
+	keys := client.TokenKeys(client.TokenPrompt{TokenIDs: u32(toks)}, 4)
+	tr.send(t, ctx, p.batch(t,
+		stored([]uint64{1, 2}, 0, toks, 4, "GPU"),
+		stored([]uint64{2}, 0, nil, 0, "CPU"),
+		events.Event{Type: events.TierBlocksCleared, Medium: "GPU"},
+		stored([]uint64{1, 2}, 0, nil, 0, "DISK"), // 1 only gpu held: unknown now; 2 lives on cpu
+	))
+	want := map[keyspace.Block]string{block("p", tier.CPU, keys[1]): hex16(2), block("p", tier.Disk, keys[1]): hex16(2)}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("after the tier clear (-want +got):\n%s", diff)
+	}
+	if got := promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(unkeyedPlaceholder)); got != 1 {
+		t.Errorf("unknown placeholders = %v, want 1", got)
+	}
+
+	attention := stored([]uint64{9}, 0, toks[:4], 4, "GPU")
+	attention.GroupIdx, attention.KVCacheSpecKind = 3, events.KindFullAttention
+	tr.send(t, ctx, p.batch(t, attention))
+	// The group change dropped group 0's blocks (their map entries with
+	// them, applier.drop): only the attention group's block is left.
+	want = map[keyspace.Block]string{block("p", tier.GPU, keys[0]): hex16(9)}
+	if diff := cmp.Diff(want, blockValues(t, ctx, e.etcd.Client, tr.cfg.Keyspace)); diff != "" {
+		t.Errorf("after the group change (-want +got):\n%s", diff)
+	}
+}

@@ -185,6 +185,13 @@ type Client struct {
 	// dnsHost is the host name a dns target resolves ("" for other
 	// targets), to explain a call that found no address (explain).
 	dnsHost string
+	// staleAfter and maxAttempts drive the search for a fresh answer
+	// (lookupFresh); searchAfter (Unix ns) pauses it after a search found
+	// only stale answers.
+	staleAfter  time.Duration
+	maxAttempts int
+	searchAfter atomic.Int64
+	now         func() time.Time
 }
 
 // Option configures New.
@@ -193,6 +200,7 @@ type Option func(*options)
 type options struct {
 	timeout     time.Duration
 	maxAttempts int
+	staleAfter  time.Duration
 	dialOpts    []grpc.DialOption
 	tls         tlsOptions
 }
@@ -237,7 +245,7 @@ var staticSeq atomic.Uint64
 // for an empty target, and for TLS files (WithTLSCAFile,
 // WithTLSCertFiles) it cannot load.
 func New(target string, opts ...Option) (*Client, error) {
-	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts}
+	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts, staleAfter: DefaultStaleAfter}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -275,7 +283,8 @@ func New(target string, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: target %q: %v", ErrInvalidArgument, target, err)
 	}
-	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target)}, nil
+	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target),
+		staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now}, nil
 }
 
 // dnsHost returns the host a "dns://[authority]/host[:port]" target
@@ -445,7 +454,7 @@ func (c *Client) lookup(ctx context.Context, req *kvindexv1.LookupRequest, opts 
 	}
 	ctx, cancel := deadline(ctx, timeout)
 	defer cancel()
-	resp, err := c.api.Lookup(ctx, req)
+	resp, err := c.lookupFresh(ctx, req)
 	if err != nil {
 		return nil, c.explain(ctx, callError("Lookup", err))
 	}

@@ -32,6 +32,15 @@
 // the replica waits until it has applied them, or fails with
 // ErrDeadlineExceeded naming the lagging partition.
 //
+// Every LookupResult also says how stale it may be: ProgressTime is when
+// the answering replica last heard from etcd that its index was current
+// (replicas ask every second). During an etcd outage replicas keep
+// answering from their last state, and ProgressTime stops moving. When an
+// answer is older than WithStaleAfter (default 3 s) the client asks the
+// next replica, up to WithMaxAttempts calls, and returns the freshest
+// answer; after a search that found only stale answers it pauses the
+// search for that long, so a full outage does not multiply the load.
+//
 // A match means the endpoint reported holding the blocks through its KV
 // events; by the time the request arrives the engine may have evicted
 // them. Scores are a routing hint, never a guarantee.

@@ -83,12 +83,7 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 			}
 			cause = fmt.Errorf("the call's deadline passed after %s", time.Since(start).Round(time.Millisecond))
 		}
-		if applied < 0 {
-			return nil, fmt.Errorf("%w: partition %s has no applied offset yet, want one past record offset %d (%v)",
-				ErrBarrierTimeout, rec.Partition, rec.Next, cause)
-		}
-		return nil, fmt.Errorf("%w: partition %s has applied up to next offset %d, want one past record offset %d (%v)",
-			ErrBarrierTimeout, rec.Partition, applied, rec.Next, cause)
+		return nil, fmt.Errorf("%w: %s (%v)", ErrBarrierTimeout, barrierLag(rec, applied), cause)
 	}
 }
 
@@ -109,4 +104,21 @@ func (s *Server) acquireWaiter() error {
 func (s *Server) releaseWaiter() {
 	s.waiters.Add(-1)
 	s.m.barrierWaiters.Dec()
+}
+
+// barrierLag says, in a barrier timeout's message, which record of which
+// partition is not applied yet and what is: applied is the partition's
+// applied next offset (every record below it is reflected), -1 when the
+// partition has none.
+func barrierLag(rec index.PartitionOffset, applied int64) string {
+	switch {
+	case applied < 0:
+		return fmt.Sprintf("partition %s: record offset %d is not applied yet; this replica has applied no record of the partition (no offset stored)",
+			rec.Partition, rec.Next)
+	case applied == 0:
+		return fmt.Sprintf("partition %s: record offset %d is not applied yet; this replica has applied no record of the partition",
+			rec.Partition, rec.Next)
+	}
+	return fmt.Sprintf("partition %s: record offset %d is not applied yet; this replica has applied records up to offset %d",
+		rec.Partition, rec.Next, applied-1)
 }

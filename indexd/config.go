@@ -8,6 +8,7 @@ import (
 	"net"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -58,6 +59,15 @@ const (
 	// 4 MiB, gRPC's default receive limit, so every page reaches a client
 	// that kept the default (TestListPageSizeLimitFits checks it).
 	ListPageSizeLimit = 3500
+	// DefaultProgressInterval is how often the watch asks etcd for a
+	// progress notification (etcd's own come every 10 minutes).
+	DefaultProgressInterval = time.Second
+	// DefaultStaleLogAfter is the age of the last progress past which the
+	// replica logs that it is stale: a few missed progress intervals.
+	DefaultStaleLogAfter = 5 * time.Second
+	// DefaultMaxInFlightBlocks bounds the blocks of the Lookups being
+	// answered at once, server-wide: 64 Lookups of DefaultMaxHashes.
+	DefaultMaxInFlightBlocks = 64 * DefaultMaxHashes
 )
 
 // Config configures a Server. Build one with DefaultConfig and set Etcd
@@ -164,6 +174,36 @@ type Config struct {
 	// positive.
 	ShutdownGrace time.Duration
 
+	// ProgressInterval is how often the watch calls etcd's
+	// Watcher.RequestProgress, so an idle but healthy watch still proves
+	// itself current; the time of the last progress (a progress
+	// notification or a watch event, or a completed list) is what every
+	// Lookup answer's progress_time reports. Default 1 s; must be
+	// positive.
+	ProgressInterval time.Duration
+	// StaleLogAfter is the age of the last progress past which the replica
+	// logs a warning (once, and once more when progress resumes); the age
+	// is always exported as kvindex_indexd_progress_age_seconds. Default
+	// 5 s; must be positive.
+	StaleLogAfter time.Duration
+	// MaxStaleness, when positive, makes Ready (/readyz) fail once the last
+	// progress is older than it; gRPC health stays SERVING and Lookups
+	// still answer from the last state, with their progress_time. Default
+	// 0: off. During an etcd outage every replica goes stale at once, and
+	// a Service with no ready replica answers nobody; turn it on only when
+	// a stale answer is worse than none.
+	MaxStaleness time.Duration
+	// MaxInFlightBlocks bounds the work of the Lookups being answered at
+	// once, across all connections, counted in blocks: a hash Lookup costs
+	// len(block_hashes) (at least 1). A Lookup that would take the total
+	// past it fails at once with RESOURCE_EXHAUSTED naming the limit.
+	// Default 64 × DefaultMaxHashes (524,288); must be at least
+	// MaxHashes, so one largest request always fits.
+	MaxInFlightBlocks int
+	// Clock is the clock of progress ages and staleness. Default nil: the
+	// real clock.
+	Clock clockwork.Clock
+
 	// Registry receives indexd's metrics (kvindex_indexd_*). Nil means
 	// they are kept but registered nowhere.
 	Registry prometheus.Registerer
@@ -190,6 +230,9 @@ func DefaultConfig() Config {
 		BackoffMin:        DefaultBackoffMin,
 		BackoffMax:        DefaultBackoffMax,
 		ShutdownGrace:     DefaultShutdownGrace,
+		ProgressInterval:  DefaultProgressInterval,
+		StaleLogAfter:     DefaultStaleLogAfter,
+		MaxInFlightBlocks: DefaultMaxInFlightBlocks,
 
 		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		ListPageSize:         DefaultListPageSize,
@@ -203,6 +246,9 @@ func DefaultConfig() Config {
 func (c Config) withDefaults() Config {
 	if c.Keyspace == (keyspace.Keyspace{}) {
 		c.Keyspace = keyspace.Default()
+	}
+	if c.Clock == nil {
+		c.Clock = clockwork.NewRealClock()
 	}
 	return c
 }
@@ -239,6 +285,9 @@ func (c Config) Validate() error {
 		{"BackoffMin", int64(c.BackoffMin)},
 		{"BackoffMax", int64(c.BackoffMax)},
 		{"ShutdownGrace", int64(c.ShutdownGrace)},
+		{"ProgressInterval", int64(c.ProgressInterval)},
+		{"StaleLogAfter", int64(c.StaleLogAfter)},
+		{"MaxInFlightBlocks", int64(c.MaxInFlightBlocks)},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%w: %s is %d: want a positive value", ErrInvalidConfig, f.name, f.v)
@@ -256,6 +305,13 @@ func (c Config) Validate() error {
 	if c.MaxListPageSize > ListPageSizeLimit {
 		return fmt.Errorf("%w: MaxListPageSize %d exceeds %d (a page of the longest endpoints must fit gRPC's default 4 MiB receive limit)",
 			ErrInvalidConfig, c.MaxListPageSize, ListPageSizeLimit)
+	}
+	if c.MaxStaleness < 0 {
+		return fmt.Errorf("%w: MaxStaleness is %s: want zero (off) or a positive duration", ErrInvalidConfig, c.MaxStaleness)
+	}
+	if c.MaxInFlightBlocks < c.MaxHashes {
+		return fmt.Errorf("%w: MaxInFlightBlocks %d is below MaxHashes %d (one largest Lookup must fit)",
+			ErrInvalidConfig, c.MaxInFlightBlocks, c.MaxHashes)
 	}
 	if c.ListPageSize > c.MaxListPageSize {
 		return fmt.Errorf("%w: ListPageSize %d exceeds MaxListPageSize %d", ErrInvalidConfig, c.ListPageSize, c.MaxListPageSize)

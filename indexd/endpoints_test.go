@@ -308,12 +308,10 @@ func (rawCodec) Unmarshal(mem.BufferSlice, any) error {
 func (rawCodec) Name() string { return "proto" }
 
 // TestMalformedRequest sends bytes that are not a valid request straight
-// to the server. gRPC itself answers INTERNAL ("failed to unmarshal") and
-// writes that status before any handler code runs (grpc-go's
-// serverStream.RecvMsg), so indexd cannot map it to INVALID_ARGUMENT; the
-// client library validates what it sends so that a router never causes
-// this (client.ErrInvalidArgument). This test pins the behaviour, so a
-// gRPC upgrade that changes it is noticed.
+// to the server. gRPC on its own answers INTERNAL ("failed to unmarshal")
+// before any handler code runs (grpc-go's serverStream.RecvMsg); indexd's
+// codec defers the decoding error to the handler (deferredCodec), which
+// answers INVALID_ARGUMENT naming the method, counted under that code.
 func TestMalformedRequest(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	r := startReplica(t, e.Client)
@@ -334,10 +332,13 @@ func TestMalformedRequest(t *testing.T) {
 			var reply []byte
 			err := r.conn.Invoke(ctx, "/kvindex.v1.IndexService/"+tc.method, tc.body, &reply, grpc.ForceCodecV2(rawCodec{}))
 			st := status.Convert(err)
-			if st.Code() != codes.Internal || !strings.Contains(st.Message(), "failed to unmarshal") {
-				t.Fatalf("error = %v, want gRPC's INTERNAL failed to unmarshal", err)
+			if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.method+" request is not a valid protobuf message") {
+				t.Fatalf("error = %v, want INVALID_ARGUMENT saying the %s request does not decode", err, tc.method)
 			}
 		})
+	}
+	if n := r.counter(t, r.srv.m.requests.WithLabelValues("Lookup", codes.InvalidArgument.String())); n != 3 {
+		t.Errorf("requests_total{Lookup,InvalidArgument} = %v, want 3", n)
 	}
 	// The replica is unharmed.
 	if _, err := r.api.Lookup(ctx, &kvindexv1.LookupRequest{Model: model, BlockHashes: []uint64{1}}); err != nil {

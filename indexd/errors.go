@@ -28,6 +28,14 @@ var (
 	// while Config.MaxBarrierWaiters Lookups already do; the message names
 	// the limit and its flag (gRPC RESOURCE_EXHAUSTED).
 	ErrTooManyWaiters = errors.New("indexd: too many Lookups waiting on a barrier")
+	// ErrOverloaded reports a Lookup refused because the Lookups being
+	// answered already hold Config.MaxInFlightBlocks blocks; the message
+	// names the limit and its flag (gRPC RESOURCE_EXHAUSTED). Retry later,
+	// or on another replica.
+	ErrOverloaded = errors.New("indexd: too much Lookup work in flight")
+	// ErrStale reports, from Ready, a replica whose last progress from etcd
+	// is older than Config.MaxStaleness.
+	ErrStale = errors.New("indexd: index is stale")
 )
 
 // toStatus maps an error of a handler to its gRPC status: the one place
@@ -46,7 +54,7 @@ func toStatus(err error) error {
 		code = codes.InvalidArgument
 	case errors.Is(err, ErrNotReady):
 		code = codes.Unavailable
-	case errors.Is(err, ErrTooManyWaiters):
+	case errors.Is(err, ErrTooManyWaiters), errors.Is(err, ErrOverloaded):
 		code = codes.ResourceExhausted
 	case errors.Is(err, ErrBarrierTimeout), errors.Is(err, context.DeadlineExceeded):
 		code = codes.DeadlineExceeded

@@ -19,11 +19,14 @@ type metrics struct {
 	listedKeys     prometheus.Counter
 	watchRestarts  prometheus.Counter
 	ready          prometheus.Gauge
+	inflightBlocks prometheus.Gauge
+	staleWarnings  prometheus.Counter
 }
 
 // newMetrics builds the metrics and registers them, with gauges that read
-// the current index through cur, on reg (when non-nil).
-func newMetrics(reg prometheus.Registerer, cur func() *index.Index) *metrics {
+// the current index through cur and the progress age through progressAge,
+// on reg (when non-nil).
+func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge func() float64) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_requests_total",
@@ -72,6 +75,14 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index) *metrics {
 			Name: "kvindex_indexd_ready",
 			Help: "1 once the first list is applied and the replica serves, else 0.",
 		}),
+		inflightBlocks: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_indexd_inflight_blocks",
+			Help: "Blocks of the Lookups being answered now (at most --max-inflight-blocks; past it Lookups fail RESOURCE_EXHAUSTED).",
+		}),
+		staleWarnings: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_indexd_stale_total",
+			Help: "Times the last progress from etcd grew older than --stale-log-after (each logged once).",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -85,7 +96,11 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index) *metrics {
 		})
 	}
 	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
-		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready,
+		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "kvindex_indexd_progress_age_seconds",
+			Help: "Seconds since the replica last heard from etcd that its watch was current (progress notification, watch event or list); 0 before the first list.",
+		}, progressAge),
 		stat("kvindex_indexd_revision", "etcd revision the serving index reflects.",
 			func(ix *index.Index) float64 { return float64(ix.Revision()) }),
 		stat("kvindex_indexd_entries", "Present (block, endpoint, tier) entries in the serving index.",

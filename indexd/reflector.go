@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -40,6 +41,78 @@ type reflector struct {
 	bcst *broadcaster
 	// onReady runs once, after the first list is published.
 	onReady func()
+	// progress is the clock's time, in Unix nanoseconds, of the last
+	// proof that the index was current: a published list, a watch event
+	// or a progress notification; 0 before the first list.
+	progress atomic.Int64
+}
+
+// markProgress records that the index is current as of now.
+func (r *reflector) markProgress() { r.markProgressAt(r.cfg.Clock.Now()) }
+
+// markProgressAt records that the index was current at t; progress never
+// moves back.
+func (r *reflector) markProgressAt(t time.Time) {
+	n := t.UnixNano()
+	for {
+		cur := r.progress.Load()
+		if cur >= n || r.progress.CompareAndSwap(cur, n) {
+			return
+		}
+	}
+}
+
+// progressTime is the time of the last progress, zero before the first.
+func (r *reflector) progressTime() time.Time {
+	if n := r.progress.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// progressAge is how long ago the last progress was, 0 before the first.
+func (r *reflector) progressAge() time.Duration {
+	p := r.progressTime()
+	if p.IsZero() {
+		return 0
+	}
+	return max(r.cfg.Clock.Since(p), 0)
+}
+
+// monitor logs (and counts) the moment the last progress grows older than
+// StaleLogAfter, and the moment progress resumes, checking every
+// ProgressInterval until ctx ends. The age itself is a gauge
+// (kvindex_indexd_progress_age_seconds) read at scrape time.
+func (r *reflector) monitor(ctx context.Context) {
+	t := r.cfg.Clock.NewTicker(r.cfg.ProgressInterval)
+	defer t.Stop()
+	stale := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		age := r.progressAge()
+		switch {
+		case !stale && age > r.cfg.StaleLogAfter:
+			stale = true
+			r.m.staleWarnings.Inc()
+			r.log.Warn("index is stale: no progress from etcd, answering from the last state",
+				"age", age.Round(time.Millisecond), "revision", r.revision(), "threshold", r.cfg.StaleLogAfter)
+		case stale && age <= r.cfg.StaleLogAfter:
+			stale = false
+			r.log.Info("index is current again", "revision", r.revision())
+		}
+	}
+}
+
+// revision is the serving index's revision, 0 before the first list.
+func (r *reflector) revision() int64 {
+	if ix := r.current(); ix != nil {
+		return ix.Revision()
+	}
+	return 0
 }
 
 // errWatchClosed reports a watch channel that closed without an error.
@@ -74,6 +147,7 @@ func (r *reflector) run(ctx context.Context) error {
 			}
 			ix = fresh
 			r.cur.Store(ix)
+			r.markProgress()
 			r.bcst.broadcast()
 			r.m.lists.WithLabelValues(reason).Inc()
 			if reason == "start" {
@@ -183,13 +257,27 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 }
 
 // watch applies the watch from ix's revision + 1 until it breaks, and
-// returns why, and whether any response arrived.
+// returns why, and whether any response arrived. While it runs it asks
+// etcd for a progress notification every ProgressInterval (etcd's own
+// come every 10 minutes), so a healthy idle watch still proves itself
+// current and a silent one shows as a growing progress age.
 func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	from := ix.Revision() + 1
 	wch := r.cli.Watch(wctx, r.ks.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(from),
 		clientv3.WithProgressNotify(), clientv3.WithFragment())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		r.requestProgress(wctx, ix)
+	}()
+	// The requester stops with the watch, and is waited for.
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
 	progressed := false
 	for resp := range wch {
 		if err := resp.Err(); err != nil {
@@ -199,12 +287,64 @@ func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 		if resp.IsProgressNotify() {
 			// Every event up to the header's revision has been delivered.
 			ix.Write(resp.Header.Revision, func() {})
+			r.markProgress()
 			continue
 		}
 		r.apply(ix, resp.Events)
+		r.markProgress()
 	}
 	return progressed, errWatchClosed
 }
+
+// requestProgress proves the watch current every ProgressInterval in
+// which no event or notification did, until ctx ends (ctx carries the
+// watch's metadata, which names its stream). Two ways, because etcd sends
+// a requested progress notification only when the watch is synced and
+// the store has reached its start revision, which an idle keyspace never
+// does (the watch starts at the listed revision + 1):
+//
+//   - Watcher.RequestProgress: a notification that comes back marks
+//     progress (watch);
+//   - a linearizable count-only Get: when its revision is one the index
+//     has already applied, the index was current when the Get was sent.
+//
+// A failed attempt is retried at the next tick; the watch's own error, if
+// any, ends the watch.
+func (r *reflector) requestProgress(ctx context.Context, ix *index.Index) {
+	t := r.cfg.Clock.NewTicker(r.cfg.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		if r.progressAge() < r.cfg.ProgressInterval {
+			continue
+		}
+		if err := r.cli.RequestProgress(ctx); err != nil && ctx.Err() == nil {
+			r.log.Debug("requesting watch progress failed", "err", err)
+		}
+		sent := r.cfg.Clock.Now()
+		gctx, cancel := context.WithTimeout(ctx, progressGetTimeout)
+		resp, err := r.cli.Get(gctx, r.ks.Prefix(), clientv3.WithCountOnly())
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				r.log.Debug("checking watch progress failed", "err", err)
+			}
+			continue
+		}
+		if resp.Header.Revision <= ix.Revision() {
+			r.markProgressAt(sent)
+		}
+	}
+}
+
+// progressGetTimeout bounds one progress check's Get: long enough for a
+// loaded etcd, short enough that a dead one does not delay the next tick
+// much.
+const progressGetTimeout = 2 * time.Second
 
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only.

@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/reflection"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -59,6 +60,8 @@ type Server struct {
 
 	// waiters counts the Lookups holding a barrier slot (acquireWaiter).
 	waiters atomic.Int64
+	// inflight counts the blocks of the Lookups being answered (admit).
+	inflight atomic.Int64
 }
 
 // serviceName is the gRPC health service name of the API.
@@ -94,13 +97,14 @@ func New(cfg Config) (*Server, error) {
 	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
 	s.pool.New = func() any { return new(index.Scratch) }
 	s.refl = &reflector{cli: cfg.Etcd, ks: cfg.Keyspace, cfg: cfg, log: cfg.Logger, bcst: s.bcst, onReady: s.setReady}
-	s.m = newMetrics(cfg.Registry, s.refl.current)
+	s.m = newMetrics(cfg.Registry, s.refl.current, func() float64 { return s.refl.progressAge().Seconds() })
 	s.refl.m = s.m
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
+		grpc.ForceServerCodecV2(newDeferredCodec()),
 	}
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -142,13 +146,21 @@ func (s *Server) HealthAddr() net.Addr {
 }
 
 // Ready returns nil once the first list of etcd has been applied (the
-// replica then serves), else an error wrapping ErrNotReady. It suits
-// opsserver's /readyz.
+// replica then serves), else an error wrapping ErrNotReady; with
+// MaxStaleness set, it also fails, wrapping ErrStale, while the last
+// progress from etcd is older than that (gRPC health stays SERVING: the
+// replica still answers, from its last state). It suits opsserver's
+// /readyz.
 func (s *Server) Ready() error {
-	if s.ready.Load() {
-		return nil
+	if !s.ready.Load() {
+		return ErrNotReady
 	}
-	return ErrNotReady
+	if limit := s.cfg.MaxStaleness; limit > 0 {
+		if age := s.refl.progressAge(); age > limit {
+			return fmt.Errorf("%w: no progress from etcd for %s, over --max-staleness %s", ErrStale, age.Round(time.Millisecond), limit)
+		}
+	}
+	return nil
 }
 
 func (s *Server) setReady() {
@@ -182,6 +194,10 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return s.refl.run(gctx) })
+	g.Go(func() error {
+		s.refl.monitor(gctx)
+		return nil
+	})
 	g.Go(func() error {
 		if err := s.grpc.Serve(s.lis); err != nil {
 			return fmt.Errorf("indexd: serving gRPC on %s: %w", s.Addr(), err)
@@ -233,7 +249,8 @@ func (s *Server) stop() {
 
 // serviceDesc is the generated IndexService descriptor with every method
 // wrapped to count and time calls (decode failures included, which never
-// reach an interceptor).
+// reach an interceptor) and to answer a request that does not decode with
+// INVALID_ARGUMENT (deferredCodec).
 func (s *Server) serviceDesc() grpc.ServiceDesc {
 	desc := kvindexv1.IndexService_ServiceDesc
 	desc.Methods = slices.Clone(desc.Methods)
@@ -241,7 +258,7 @@ func (s *Server) serviceDesc() grpc.ServiceDesc {
 		name, h := desc.Methods[i].MethodName, desc.Methods[i].Handler
 		desc.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 			start := time.Now()
-			resp, err := h(srv, ctx, dec, icpt)
+			resp, err := h(srv, ctx, decodeRequest(name, dec), icpt)
 			s.m.requests.WithLabelValues(name, status.Code(err).String()).Inc()
 			s.m.requestSeconds.WithLabelValues(name).Observe(time.Since(start).Seconds())
 			return resp, err
@@ -281,15 +298,30 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 	if err != nil {
 		return nil, err
 	}
+	// The progress time is read before the index: the state the lookup
+	// then sees is at least as new as that progress.
+	progress := s.refl.progressTime()
 	ix := s.refl.current()
 	if ix == nil {
 		return nil, ErrNotReady
 	}
 	if len(records) > 0 {
+		// Waiting is bounded on its own (MaxBarrierWaiters); the
+		// in-flight budget counts the lookup work after it.
 		if ix, err = s.waitBarrier(ctx, records, timeout); err != nil {
 			return nil, err
 		}
+		// After a wait, a newer progress applies when ix still serves
+		// (it is then the live index the reflector writes to).
+		if p := s.refl.progressTime(); s.refl.current() == ix {
+			progress = p
+		}
 	}
+	release, err := s.admit(lookupCost(req))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var cands []keyspace.Endpoint
 	if len(req.Candidates) > 0 {
 		cands = make([]keyspace.Endpoint, len(req.Candidates))
@@ -306,7 +338,46 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 	} else {
 		ix.Lookup(sc, req.Model, req.BlockHashes, cands)
 	}
-	return lookupResponse(sc), nil
+	resp := lookupResponse(sc)
+	if !progress.IsZero() {
+		resp.ProgressTime = timestamppb.New(progress)
+	}
+	return resp, nil
+}
+
+// tokensPerBlockCost is the block size a token Lookup's cost assumes: the
+// smallest block size engines commonly run (vLLM's default is 16), so a
+// token prompt costs at least as many blocks as it can have at any
+// common size.
+const tokensPerBlockCost = 16
+
+// lookupCost is a Lookup's work in blocks (Config.MaxInFlightBlocks): its
+// block hashes, or its token prompt's tokens / tokensPerBlockCost, and at
+// least 1.
+func lookupCost(req *kvindexv1.LookupRequest) int64 {
+	n := len(req.BlockHashes) + (len(req.GetTokens().GetTokenIds())+tokensPerBlockCost-1)/tokensPerBlockCost
+	return int64(max(n, 1))
+}
+
+// admit takes n blocks of the server-wide in-flight budget, or fails with
+// ErrOverloaded when that would pass MaxInFlightBlocks. The caller runs
+// release when its answer is built.
+func (s *Server) admit(n int64) (release func(), err error) {
+	limit := int64(s.cfg.MaxInFlightBlocks)
+	for {
+		cur := s.inflight.Load()
+		if cur+n > limit {
+			return nil, fmt.Errorf("%w: %d blocks are being looked up and this Lookup adds %d; the limit is %d blocks in flight (--max-inflight-blocks)",
+				ErrOverloaded, cur, n, limit)
+		}
+		if s.inflight.CompareAndSwap(cur, cur+n) {
+			s.m.inflightBlocks.Add(float64(n))
+			return func() {
+				s.inflight.Add(-n)
+				s.m.inflightBlocks.Sub(float64(n))
+			}, nil
+		}
+	}
 }
 
 // lookupResponse copies a Lookup result out of its scratch into a

@@ -136,12 +136,12 @@ func TestBarrier(t *testing.T) {
 		{
 			name:    "timeout_names_the_lagging_partition",
 			barrier: &kvindexv1.Barrier{Records: []*kvindexv1.PartitionOffset{rec(w.part.Topic, 0, 0), rec(w.part.Topic, 0, 7)}},
-			wantMsg: []string{"partition kvindex-events/0", "next offset 2", "record offset 7"},
+			wantMsg: []string{"partition kvindex-events/0", "record offset 7 is not applied yet", "applied records up to offset 1"},
 		},
 		{
 			name:    "unknown_partition",
 			barrier: &kvindexv1.Barrier{Records: []*kvindexv1.PartitionOffset{rec(w.part.Topic, 0, 0), rec("other", 3, 0)}, Timeout: durationpb.New(50 * time.Millisecond)},
-			wantMsg: []string{"partition other/3 has no applied offset"},
+			wantMsg: []string{"partition other/3: record offset 0 is not applied yet", "no record of the partition"},
 		},
 		{
 			name:     "call_deadline_bounds_the_wait",

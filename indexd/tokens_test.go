@@ -289,7 +289,7 @@ func TestTokenLookupInvalid(t *testing.T) {
 	if err != nil {
 		t.Fatalf("four block sizes: %v", err)
 	}
-	if diff := gocmp.Diff(&kvindexv1.LookupResponse{Revision: resp.Revision, AppliedOffsets: resp.AppliedOffsets}, resp, protocmp.Transform()); diff != "" {
+	if diff := gocmp.Diff(&kvindexv1.LookupResponse{Revision: resp.Revision, AppliedOffsets: resp.AppliedOffsets, ProgressTime: resp.ProgressTime}, resp, protocmp.Transform()); diff != "" {
 		t.Fatalf("four block sizes, no blocks stored: (-want +got):\n%s", diff)
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -42,35 +44,93 @@ const (
 	skipEmptyValue     = "empty_value"
 	skipBadIncarnation = "bad_incarnation"
 	skipDuplicate      = "duplicate"
+	skipRepeatedHeader = "repeated_header"
 )
 
-// headers are the record headers the ingester reads; a repeated header's
-// last value wins.
+// headers are the record headers the ingester reads. A contract header
+// given twice with different values makes the record ambiguous (which
+// model, which rank?): repeated names it and the record is skipped
+// (repeated_header); given twice with the same value it is read once.
 type headers struct {
 	model, kind, dpRank, seq, incarnation, format   string
 	hasModel, hasKind, hasDPRank, hasSeq, hasFormat bool
+	hasIncarnation                                  bool
+	// repeated is the first contract header seen twice with different
+	// values; "" when none was.
+	repeated string
 }
 
 func parseHeaders(hs []kgo.RecordHeader) headers {
 	var h headers
+	set := func(name string, dst *string, has *bool, v string) {
+		if *has && *dst != v {
+			if h.repeated == "" {
+				h.repeated = name
+			}
+			return
+		}
+		*dst, *has = v, true
+	}
 	for i := range hs {
 		v := string(hs[i].Value)
 		switch hs[i].Key {
 		case headerModel:
-			h.model, h.hasModel = v, true
+			set(headerModel, &h.model, &h.hasModel, v)
 		case headerKind:
-			h.kind, h.hasKind = v, true
+			set(headerKind, &h.kind, &h.hasKind, v)
 		case headerDPRank:
-			h.dpRank, h.hasDPRank = v, true
+			set(headerDPRank, &h.dpRank, &h.hasDPRank, v)
 		case headerSeq:
-			h.seq, h.hasSeq = v, true
+			set(headerSeq, &h.seq, &h.hasSeq, v)
 		case headerIncarnation:
-			h.incarnation = v
+			set(headerIncarnation, &h.incarnation, &h.hasIncarnation, v)
 		case headerFormat:
-			h.format, h.hasFormat = v, true
+			set(headerFormat, &h.format, &h.hasFormat, v)
 		}
 	}
 	return h
+}
+
+// maxLoggedValue bounds a header value or skip detail quoted in a log
+// line: headers are the producer's, and a 500 KB kind must not become a
+// 500 KB log line.
+const maxLoggedValue = 64
+
+// clip returns s for a log line: whole when short, else its first
+// maxLoggedValue bytes (cut at a rune boundary) and its length.
+func clip(s string) string {
+	if len(s) <= maxLoggedValue {
+		return s
+	}
+	n := maxLoggedValue
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…(" + strconv.Itoa(len(s)) + " bytes)"
+}
+
+// skipSummary is the events-skipped log line's reasons: every reason in
+// the record with its count, in the order first seen ("unknown_medium=3
+// invalid_event=1").
+func skipSummary(skipped []events.Skip) string {
+	var order []events.SkipReason
+	counts := map[events.SkipReason]int{}
+	for _, s := range skipped {
+		if counts[s.Reason] == 0 {
+			order = append(order, s.Reason)
+		}
+		counts[s.Reason]++
+	}
+	var b strings.Builder
+	for i, r := range order {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(r.String())
+		b.WriteByte('=')
+		b.WriteString(strconv.Itoa(counts[r]))
+	}
+	return b.String()
 }
 
 // parseCanonical parses a canonical decimal (no sign, no leading zeros) of
@@ -114,6 +174,10 @@ type applier struct {
 	clock   time.Time
 	minLast time.Time
 
+	// out is the ingester's outage watch, shared by its partitions (nil:
+	// no outage rule); live is this partition's outage state (outage.go).
+	out  *outageWatch
+	live liveness
 	// maps counts the entries of the endpoints' token-mode maps; tokBuf
 	// and extraBuf are keying's buffers, unkeyedInRecord the blocks of the
 	// current record token mode could not key (keying.go).
@@ -128,6 +192,9 @@ type applier struct {
 // partition clock then).
 func (a *applier) record(r *kgo.Record, behind bool) {
 	a.m.records.Inc()
+	if a.out != nil {
+		a.out.saw(r.Timestamp) // evidence for the topic-wide outage rule
+	}
 	// The partition clock: the record's timestamp while behind, wall time
 	// once caught up, and never a time in the future (a producer's clock,
 	// on a topic without LogAppendTime, must not expire every other
@@ -143,6 +210,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		a.m.skippedRecords.WithLabelValues(reason).Inc()
 		a.log.Warn("record skipped", append([]any{"reason", reason, "offset", r.Offset}, args...)...)
 	}
+	if h.repeated != "" {
+		a.m.repeatedHeader.WithLabelValues(h.repeated).Inc()
+		skip(skipRepeatedHeader, "header", h.repeated)
+		return
+	}
 	if keyspace.ValidateName("model", h.model) != nil {
 		skip(skipBadModel)
 		return
@@ -153,18 +225,18 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		return
 	}
 	if h.hasFormat && h.format != formatVLLM {
-		skip(skipUnknownFmt, "format", h.format)
+		skip(skipUnknownFmt, "format", clip(h.format))
 		return
 	}
 	if h.hasKind && h.kind != kindHeartbeat && h.kind != kindGoodbye && h.kind != kindResync {
-		skip(skipUnknownKind, "kind", h.kind)
+		skip(skipUnknownKind, "kind", clip(h.kind))
 		return
 	}
 	var headerRank uint64
 	if h.hasDPRank {
 		var ok bool
 		if headerRank, ok = parseCanonical(h.dpRank, 32); !ok {
-			skip(skipBadDPRank, "dp_rank", h.dpRank)
+			skip(skipBadDPRank, "dp_rank", clip(h.dpRank))
 			return
 		}
 	}
@@ -184,7 +256,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if h.hasSeq {
 		var ok bool
 		if seq, ok = parseCanonical(h.seq, 64); !ok {
-			skip(skipBadSeq, "seq", h.seq)
+			skip(skipBadSeq, "seq", clip(h.seq))
 			return
 		}
 	}
@@ -200,11 +272,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	}
 	batch, err := a.dec.Decode(r.Value)
 	if errors.Is(err, events.ErrMalformedBatch) {
-		skip(skipMalformed, "err", err)
+		skip(skipMalformed, "err", clip(err.Error()))
 		return
 	}
 	if h.hasDPRank && uint64(batch.Rank) != headerRank {
-		skip(skipRankMismatch, "dp_rank", h.dpRank, "batch_rank", batch.Rank)
+		skip(skipRankMismatch, "dp_rank", clip(h.dpRank), "batch_rank", batch.Rank)
 		return
 	}
 	for _, s := range batch.Skipped {
@@ -213,7 +285,8 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if n := len(batch.Skipped); n > 0 {
 		// One line per record, however many events it skips: a record of
 		// a million bad events must not become a million log lines.
-		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events), "first", batch.Skipped[0].Error())
+		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events),
+			"reasons", skipSummary(batch.Skipped), "first", clip(batch.Skipped[0].Error()))
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := a.endpoint(id, true)
@@ -362,20 +435,28 @@ func (a *applier) heartbeat(id keyspace.Endpoint) {
 // while the partition is behind, wall time once caught up; never back.
 func (a *applier) advanceClock(t time.Time) {
 	if t.After(a.clock) {
+		prev := a.clock
 		a.clock = t
+		a.afterClock(prev)
 	}
 }
 
 // expire drops every endpoint silent for longer than the liveness window
-// on the partition clock (DESIGN semantics 8).
+// on the partition clock, outage time left out, unless the topic is in an
+// outage or the partition within a grace (DESIGN semantics 8).
 func (a *applier) expire() {
+	a.syncOutage()
+	if !a.mayExpire() {
+		return
+	}
 	if !a.minLast.IsZero() && a.clock.Sub(a.minLast) <= a.cfg.LivenessWindow {
 		return
 	}
 	var oldest time.Time
 	for _, ep := range a.eps {
-		if a.clock.Sub(ep.cur.lastRecord) > a.cfg.LivenessWindow {
-			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock)
+		if a.silence(ep) > a.cfg.LivenessWindow {
+			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock,
+				"outage_seconds", (a.live.credit - ep.outageCredit).Seconds())
 			a.drop(ep, "expired", true)
 			continue
 		}
@@ -392,6 +473,7 @@ func (a *applier) expire() {
 // touch records a batch or heartbeat of ep at the partition clock.
 func (a *applier) touch(ep *endpoint) {
 	ep.cur.lastRecord = a.clock
+	ep.outageCredit = a.live.credit
 	if a.clock.Before(a.minLast) {
 		a.minLast = a.clock
 	}

@@ -213,7 +213,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		m:         in.m,
 		kv:        in.kv,
 		leases:    in.leases,
-		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(), eps: eps, win: win},
+		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(), eps: eps, win: win, out: in.outage},
 		win:       win,
 		eps:       eps,
 		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
@@ -267,6 +267,7 @@ func (w *worker) init(ctx context.Context) error {
 	if w.ap.tokenMode() {
 		w.ap.capMaps()
 	}
+	w.ap.claimed() // the claim rule of DESIGN semantics 8 (v1.1)
 	if w.win.empty() {
 		return nil
 	}

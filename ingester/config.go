@@ -29,6 +29,7 @@ const (
 	DefaultQueueBytes       = 16 << 20
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultLivenessWindow   = 30 * time.Second
+	DefaultOutageThreshold  = 15 * time.Second
 	DefaultKeysPerLease     = 10_000
 	DefaultDropPageSize     = 10_000
 	DefaultSessionTimeout   = 10 * time.Second
@@ -98,6 +99,20 @@ type Config struct {
 	// longer than this on its partition's clock (DESIGN semantics 8).
 	// Default DefaultLivenessWindow (30 s); must be positive.
 	LivenessWindow time.Duration
+	// OutageThreshold is how long the whole topic may go without a record
+	// before it counts as an outage (DESIGN semantics 8, v1.1): no
+	// partition's end offset grew and no record arrived for longer than
+	// this. Outage time ages nobody, and after it every endpoint gets
+	// OutageGrace. Bridges heartbeat every 5 s, so a live fleet never
+	// goes this quiet. Default DefaultOutageThreshold (15 s), or half the
+	// LivenessWindow when that is shorter; zero means the default; must be
+	// below LivenessWindow.
+	OutageThreshold time.Duration
+	// OutageGrace is how long every endpoint is kept, on the partition
+	// clock, after an outage ends or after a partition is claimed more
+	// than OutageThreshold after its last record: time for live pods to
+	// be heard again. Default (zero): LivenessWindow.
+	OutageGrace time.Duration
 	// KeysPerLease bounds the block keys attached to one lease; an
 	// (endpoint, tier) gets another lease shard past it, so revoking or
 	// expiring one lease deletes a bounded number of keys. Default
@@ -267,6 +282,12 @@ func (c *Config) Validate() error {
 		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
 	case c.LivenessWindow <= 0:
 		return bad("LivenessWindow %v: want a positive duration", c.LivenessWindow)
+	case c.OutageThreshold < 0:
+		return bad("OutageThreshold %v: want a positive duration (zero: the default)", c.OutageThreshold)
+	case c.OutageThreshold > 0 && c.OutageThreshold >= c.LivenessWindow:
+		return bad("OutageThreshold %v: want less than LivenessWindow %v (a live endpoint must not expire before a silent topic counts as an outage)", c.OutageThreshold, c.LivenessWindow)
+	case c.OutageGrace < 0:
+		return bad("OutageGrace %v: want a positive duration (zero: the liveness window)", c.OutageGrace)
 	case c.KeysPerLease < 1:
 		return bad("KeysPerLease %d: want at least 1", c.KeysPerLease)
 	case c.DropPageSize < 1:
@@ -339,6 +360,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()
+	}
+	if c.OutageThreshold == 0 {
+		c.OutageThreshold = min(DefaultOutageThreshold, c.LivenessWindow/2)
+	}
+	if c.OutageGrace == 0 {
+		c.OutageGrace = c.LivenessWindow
 	}
 	return c
 }

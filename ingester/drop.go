@@ -8,6 +8,9 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -138,18 +141,74 @@ func (w *worker) writeTierDrop(ctx context.Context, d dropOp) error {
 	return nil
 }
 
-// rangeKeys lists up to DropPageSize keys of [prefix, end), keys only,
-// retrying etcd errors until ctx ends.
+// rangeResponseBytes bounds the encoded size of one drop listing: half of
+// gRPC's default 4 MiB receive limit, which the etcd client keeps. A page
+// of 10,000 keys of an endpoint with long escaped names (an 89-character
+// CJK model is 801 bytes escaped) is far over it.
+const rangeResponseBytes = 2 << 20
+
+// rangeKVOverhead bounds what a keys-only KeyValue costs in a
+// RangeResponse beyond its key: its field tags, the key's length, and four
+// varint revisions, versions and lease.
+const rangeKVOverhead = 64
+
+// blockKeySuffixMax bounds what a block key adds to its endpoint's prefix:
+// the tier name, a slash and 16 hex digits.
+const blockKeySuffixMax = 32
+
+// dropPageKeys is how many keys one listing of ep's blocks asks for:
+// DropPageSize, lowered so the response stays under rangeResponseBytes
+// however long the endpoint's escaped names are.
+func dropPageKeys(pageSize int, blocksPrefix string) int64 {
+	perKey := len(blocksPrefix) + blockKeySuffixMax + rangeKVOverhead
+	return int64(max(1, min(pageSize, rangeResponseBytes/perKey)))
+}
+
+// rangeKeys lists a page of keys of [prefix, end), keys only
+// (dropPageKeys), retrying transient etcd errors until ctx ends. An error
+// no retry fixes (permanentEtcdError) is counted, logged at ERROR and
+// returned, which stops the ingester: retrying it would stall the
+// partition forever behind one record.
 func (w *worker) rangeKeys(ctx context.Context, prefix string, end []byte) (*pb.RangeResponse, error) {
 	var resp *pb.RangeResponse
+	var permanent error
+	req := &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, Limit: dropPageKeys(w.cfg.DropPageSize, prefix), KeysOnly: true}
 	err := backoff.Retry(ctx, w.backoff(), func(ctx context.Context) error {
 		var err error
-		resp, err = w.kv.Range(ctx, &pb.RangeRequest{Key: []byte(prefix), RangeEnd: end, Limit: int64(w.cfg.DropPageSize), KeysOnly: true})
+		resp, err = w.kv.Range(ctx, req)
+		if err != nil && permanentEtcdError(err) {
+			permanent = err
+			return nil // stop retrying; reported below
+		}
 		return err
 	}, func(err error, d time.Duration) {
 		w.log.Warn("etcd range failed; retrying", "prefix", prefix, "err", err, "backoff", d)
 	})
+	if permanent != nil {
+		w.m.etcdFailures.WithLabelValues("range").Inc()
+		w.log.Error("etcd refused a drop listing; no retry can succeed", "prefix", prefix, "limit", req.Limit, "err", permanent)
+		return nil, fmt.Errorf("ingester: listing the blocks under %q to drop them (page of %d keys): %w", prefix, req.Limit, permanent)
+	}
 	return resp, err
+}
+
+// permanentEtcdError reports an etcd (or gRPC) error that the same
+// request cannot overcome by retrying: a size limit (tooBig), a malformed
+// or unsupported request, or a refusal of permission. Everything else
+// (no leader, timeouts, a restarting member, too many requests) is
+// transient.
+func permanentEtcdError(err error) bool {
+	if errors.Is(rpctypes.Error(err), rpctypes.ErrTooManyRequests) {
+		return false // etcd's apply backlog: RESOURCE_EXHAUSTED, but it passes
+	}
+	if tooBig(err) {
+		return true
+	}
+	switch status.Code(err) {
+	case codes.InvalidArgument, codes.OutOfRange, codes.Unimplemented, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
 // sendUnleased sends a transaction that attaches no lease (drops, resets):

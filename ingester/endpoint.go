@@ -54,6 +54,10 @@ type endpoint struct {
 
 	// cur is the state after the last applied record.
 	cur seqState
+	// outageCredit is the outage watch's credit when cur.lastRecord was
+	// set (or when the partition was claimed): outage time after it does
+	// not age the endpoint (liveness).
+	outageCredit time.Duration
 	// base is the state as of the partition's stored offset (the window
 	// start); nil when the endpoint did not exist then.
 	base *seqState

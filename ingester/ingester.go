@@ -58,6 +58,10 @@ type Ingester struct {
 	mu    sync.Mutex
 	parts map[int32]*partition
 
+	// outage judges topic-wide outages for every partition's applier (set
+	// by Run before the client starts, so before any claim).
+	outage *outageWatch
+
 	// assigned wakes the registration loop after an assignment change
 	// (buffered, one slot; never closed).
 	assigned chan struct{}
@@ -80,7 +84,10 @@ type partition struct {
 	err    error         // the worker's result, set before done closes
 
 	committed atomic.Int64 // stored next offset, for Kafka lag commits
-	kafka     int64        // last offset committed to Kafka (poll loop only)
+	// stored is the next offset stored in etcd, from the start (the
+	// offset fetching starts at): the lag gauge's base (updateLag).
+	stored atomic.Int64
+	kafka  int64 // last offset committed to Kafka (poll loop only)
 	// held is the input the poll loop could not hand over without waiting
 	// (the worker's queue was full); fetching the partition is paused
 	// until it is handed over (poll loop only).
@@ -160,11 +167,29 @@ func (in *Ingester) Run(ctx context.Context) error {
 		// own component instead of the ingester's.
 		kgo.WithLogger(logging.Kgo(in.cfg.Logger.With("component", "kafka-client", "topic", in.cfg.Topic))),
 	}
+	in.outage = newOutageWatch(in.cfg.Clock, in.cfg.OutageThreshold)
+	in.outage.onEnds = in.updateLag
+	in.outage.onEnd = func(start, end time.Time) {
+		in.m.outages.WithLabelValues("topic").Inc()
+		in.m.outageSeconds.Add(end.Sub(start).Seconds())
+		in.log.Warn("topic outage ended: no record reached the topic for longer than --outage-threshold; that time aged nobody, and every endpoint gets --outage-grace",
+			"silent_from", start, "until", end, "seconds", end.Sub(start).Seconds(), "grace", in.cfg.OutageGrace)
+	}
 	cl, err := kgo.NewClient(append(opts, in.cfg.KafkaOptions...)...)
 	if err != nil {
 		return fmt.Errorf("ingester: kafka client: %w", err)
 	}
 	in.cl = cl
+
+	// The end offsets of every partition, mine or not, are the outage
+	// watch's view of the whole topic.
+	endsCtx, stopEnds := context.WithCancel(runCtx)
+	endsDone := make(chan struct{})
+	go func() {
+		defer close(endsDone)
+		every := min(max(in.cfg.OutageThreshold/5, 10*time.Millisecond), time.Second)
+		in.outage.watchEnds(endsCtx, kadm.NewClient(cl), in.cfg.Topic, every, max(every, in.cfg.OutageThreshold/2))
+	}()
 
 	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
 	keeperDone := make(chan struct{})
@@ -181,6 +206,8 @@ func (in *Ingester) Run(ctx context.Context) error {
 	}()
 
 	in.poll(runCtx)
+	stopEnds()
+	<-endsDone
 
 	// Shutdown: workers first (no more writes), then the group, then the
 	// keepalives.
@@ -508,8 +535,12 @@ func (in *Ingester) start(cl *kgo.Client, w *worker, from int64) {
 		ctx: ctx, drain: make(chan struct{}), cancel: cancel, done: make(chan struct{})}
 	w.dequeued = func(n int64) { part.queued.Release(n) }
 	part.committed.Store(-1)
+	part.stored.Store(from)
 	part.kafka = -1
-	w.onCommit = func(next int64) { part.committed.Store(next) }
+	w.onCommit = func(next int64) {
+		part.committed.Store(next)
+		part.stored.Store(next)
+	}
 	in.mu.Lock()
 	in.parts[w.p.Partition] = part
 	in.mu.Unlock()
@@ -549,4 +580,21 @@ func fetchBytes(recs []*kgo.Record) int64 {
 		}
 	}
 	return n
+}
+
+// updateLag sets kvindex_ingester_lag_records of every owned partition
+// from a listing of the topic's end offsets: what the partition has that
+// etcd does not. The listing runs every second whatever the workers do, so
+// the lag of a worker stuck retrying etcd grows as records arrive (its own
+// updates come only when it takes fetched records).
+func (in *Ingester) updateLag(ends map[int32]int64) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	for p, part := range in.parts {
+		end, ok := ends[p]
+		if !ok || part.ctx.Err() != nil {
+			continue // a stopping worker deletes its gauge
+		}
+		in.m.lag.WithLabelValues(partitionLabel(p)).Set(float64(max(end-part.stored.Load(), 0)))
+	}
 }

@@ -27,6 +27,10 @@ type metrics struct {
 	lag            *prometheus.GaugeVec // by partition
 	partitions     prometheus.Gauge
 	offsetResets   prometheus.Counter
+	outages        *prometheus.CounterVec // by kind: topic, claim
+	outageSeconds  prometheus.Counter
+	repeatedHeader *prometheus.CounterVec // by header
+	etcdFailures   *prometheus.CounterVec // by op
 	unkeyedBlocks  *prometheus.CounterVec // by reason (keying.go)
 	mapEntries     *prometheus.GaugeVec   // by partition
 	mapRebuilt     prometheus.Counter
@@ -79,10 +83,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Entries of the token-mode engine hash -> key maps of a partition's endpoints (bounded by --max-map-entries)."}, []string{"partition"}),
 		mapRebuilt: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "map_rebuilt_entries_total",
 			Help: "Map entries rebuilt from block values when this ingester claimed a partition."}),
+		outages: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outages_total",
+			Help: "Silences after which every endpoint got --outage-grace, by kind: topic (no record in the whole topic for more than --outage-threshold, counted when records flow again), claim (a partition claimed more than --outage-threshold after its last record) and gap (its clock jumped that far between two records nobody consumed in between)."}, []string{"kind"}),
+		outageSeconds: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "outage_seconds_total",
+			Help: "Time of the ended topic outages, which aged no endpoint."}),
+		repeatedHeader: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "repeated_headers_total",
+			Help: "Records carrying a contract header more than once (the record is skipped, reason repeated_header), by header."}, []string{"header"}),
+		etcdFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "etcd_failures_total",
+			Help: "etcd calls that failed with an error no retry fixes (the ingester stops with it), by operation."}, []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
 		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
-		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt} {
+		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
+		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ingester: registering metrics: %w", err)
 		}

@@ -222,6 +222,7 @@ func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 			return errLeaseGone
 		}
 		if tooBig(err) {
+			w.m.etcdFailures.WithLabelValues("txn").Inc()
 			// Retrying the same request cannot succeed: the configured
 			// bounds exceed etcd's. Stop loudly instead of stalling the
 			// partition behind it forever.

@@ -32,7 +32,17 @@ type Config struct {
 	// Pprof mounts net/http/pprof under /debug/pprof/. Default off: profiles
 	// expose internals and cost CPU while taken.
 	Pprof bool
+	// IdleTimeout closes a keep-alive connection that has carried no
+	// request for this long, so idle scrapers and probes cannot hold the
+	// process's file descriptors. Default DefaultIdleTimeout (30 s); zero
+	// means the default.
+	IdleTimeout time.Duration
 }
+
+// DefaultIdleTimeout is Config.IdleTimeout's default: longer than the
+// usual scrape (15 s) and probe (10 s) periods, so a scraper's connection
+// is reused between scrapes.
+const DefaultIdleTimeout = 30 * time.Second
 
 // Server is a bound, not yet serving, ops HTTP server.
 type Server struct {
@@ -71,7 +81,11 @@ func New(cfg Config) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}}, nil
+	idle := cfg.IdleTimeout
+	if idle <= 0 {
+		idle = DefaultIdleTimeout
+	}
+	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle}}, nil
 }
 
 // Addr is the bound address.

@@ -1,13 +1,16 @@
 package opsserver
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
@@ -72,5 +75,57 @@ func TestBusyAddressFailsInNew(t *testing.T) {
 	defer s.l.Close()
 	if _, err := New(Config{Addr: s.Addr(), Registry: prometheus.NewRegistry()}); err == nil || !strings.Contains(err.Error(), s.Addr()) {
 		t.Fatalf("second New on %s: %v, want an error naming the address", s.Addr(), err)
+	}
+}
+
+// Idle keep-alive connections are closed by the server after IdleTimeout,
+// so a crowd of idle clients cannot exhaust the process's descriptors.
+func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
+	const conns = 50
+	s, err := New(Config{Addr: "127.0.0.1:0", Registry: prometheus.NewRegistry(), IdleTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	var open []net.Conn
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	for range conns {
+		c, err := net.Dial("tcp", s.Addr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, c)
+		if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.Close {
+			t.Fatal("the server closes after one request; the test needs keep-alive")
+		}
+	}
+	// Every connection now idles: each must be closed by the server.
+	for i, c := range open {
+		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Fatalf("idle connection %d: read %d bytes, %v; want EOF (closed by the server)", i, n, err)
+		}
 	}
 }

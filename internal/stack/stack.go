@@ -8,7 +8,10 @@
 // stop first (indexd drains in-flight calls), then the ops server, then
 // the etcd client, the Kafka broker and etcd itself. The etcd data and the
 // Kafka log stay in DataDir, so a restart on the same DataDir resumes
-// where it left off (stored offsets stay valid).
+// where it left off (stored offsets stay valid). Both fsync every write
+// (unless UnsafeNoFsync), so this holds after a host crash too, and etcd
+// compacts its history periodically (CompactionRetention), so its
+// database stays bounded under churn.
 package stack
 
 import (
@@ -61,8 +64,27 @@ type Config struct {
 	Partitions int32
 	// Keyspace places kvindex's keys. The zero value means the default.
 	Keyspace keyspace.Keyspace
-	// UnsafeNoFsync turns etcd's fsync off (tests and benchmarks).
+	// UnsafeNoFsync turns fsync off, etcd's and the Kafka log's (tests and
+	// benchmarks: a host crash then loses data). Default false: both sync
+	// every write, so after a host crash etcd is never ahead of the Kafka
+	// log (etcd's stored offsets would otherwise point past records the
+	// log lost, and a producer without `seq` could leave ghost blocks).
 	UnsafeNoFsync bool
+	// CompactionRetention is how much revision history etcd keeps:
+	// periodic auto-compaction every so often drops revisions older than
+	// this, so churn does not grow etcd's database until its quota. Default
+	// DefaultCompactionRetention (5 min); negative turns auto-compaction
+	// off. indexd re-lists when its watch falls behind a compaction, so a
+	// replica cut off for longer than this lists again on reconnecting.
+	CompactionRetention time.Duration
+	// KafkaRetention is how long the broker keeps records (the topic's
+	// retention.ms, set when the stack creates the topic), so the log,
+	// which the in-process broker also holds in memory, stays bounded.
+	// Default DefaultKafkaRetention (1 h); negative keeps every record.
+	// An ingester that falls further behind than this finds its stored
+	// offset outside the log and restarts the partition at the log start
+	// (docs/semantics.md).
+	KafkaRetention time.Duration
 	// Logger receives every component's logs. Default: discard.
 	Logger *slog.Logger
 	// Ingester and Indexd, when set, adjust the component configs after
@@ -76,6 +98,14 @@ type Config struct {
 // DefaultKafkaAddr, DefaultGRPCAddr, DefaultMetricsAddr, DefaultTopic),
 // the ones the client commands dial by default.
 const DefaultPartitions = 4
+
+// Defaults of the stack's retention settings.
+const (
+	// DefaultCompactionRetention is Config.CompactionRetention's default.
+	DefaultCompactionRetention = 5 * time.Minute
+	// DefaultKafkaRetention is Config.KafkaRetention's default.
+	DefaultKafkaRetention = time.Hour
+)
 
 // Stack is a started pipeline. Call Run to serve; Run closes everything.
 type Stack struct {
@@ -155,11 +185,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	retention := cfg.CompactionRetention
+	switch {
+	case retention == 0:
+		retention = DefaultCompactionRetention
+	case retention < 0:
+		retention = 0 // etcdembed: off
+	}
 	s.etcd, err = etcdembed.Start(ctx, etcdembed.Config{
-		DataDir:       filepath.Join(cfg.DataDir, "etcd"),
-		ClientAddr:    cfg.EtcdAddr,
-		UnsafeNoFsync: cfg.UnsafeNoFsync,
-		Logger:        cfg.Logger,
+		DataDir:                 filepath.Join(cfg.DataDir, "etcd"),
+		ClientAddr:              cfg.EtcdAddr,
+		UnsafeNoFsync:           cfg.UnsafeNoFsync,
+		AutoCompactionRetention: retention,
+		Logger:                  cfg.Logger,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
@@ -243,11 +281,29 @@ func startKafka(cfg Config) (*kfake.Cluster, error) {
 	if port != 0 {
 		opts = append(opts, kfake.Ports(port))
 	}
+	retention := cfg.KafkaRetention
+	if retention == 0 {
+		retention = DefaultKafkaRetention
+	}
+	topicCfg := map[string]string{"message.timestamp.type": "LogAppendTime"}
+	if retention > 0 {
+		topicCfg["retention.ms"] = strconv.FormatInt(retention.Milliseconds(), 10)
+		// The broker applies retention every log.cleaner.backoff.ms
+		// (default 1 h): a tenth of the retention, within [1 s, 5 min].
+		every := min(max(retention/10, time.Second), 5*time.Minute)
+		opts = append(opts, kfake.BrokerConfigs(map[string]string{"log.cleaner.backoff.ms": strconv.FormatInt(every.Milliseconds(), 10)}))
+	}
+	if !cfg.UnsafeNoFsync {
+		// Every produced batch is on disk before it is acknowledged, as
+		// etcd's writes are: the ingester's stored offsets never point
+		// past records a host crash took from the log.
+		opts = append(opts, kfake.SyncWrites())
+	}
 	c, err := kfake.NewCluster(opts...)
 	if err != nil {
 		return nil, &AddrError{Which: "kafka", Addr: cfg.KafkaAddr, Err: err}
 	}
-	err = c.CreateTopic(cfg.Topic, cfg.Partitions, map[string]string{"message.timestamp.type": "LogAppendTime"})
+	err = c.CreateTopic(cfg.Topic, cfg.Partitions, topicCfg)
 	if err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 		c.Close()
 		return nil, fmt.Errorf("stack: creating topic %s: %w", cfg.Topic, err)

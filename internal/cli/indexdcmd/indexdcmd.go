@@ -118,6 +118,10 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 	fs.IntVar(&cfg.ListPageSize, "list-page-size", indexd.DefaultListPageSize, "endpoints per ListEndpoints page when the request names no page size")
 	fs.IntVar(&cfg.MaxListPageSize, "max-list-page-size", indexd.DefaultMaxListPageSize,
 		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
+	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", indexd.DefaultProgressInterval, "how often the watch asks etcd for a progress notification (the age of the last one is every answer's staleness)")
+	fs.DurationVar(&cfg.StaleLogAfter, "stale-log-after", indexd.DefaultStaleLogAfter, "age of the last progress from etcd past which the replica logs that it is stale")
+	fs.DurationVar(&cfg.MaxStaleness, "max-staleness", 0, "when positive, /readyz fails while the last progress from etcd is older than this (gRPC health stays SERVING); 0: off")
+	fs.IntVar(&cfg.MaxInFlightBlocks, "max-inflight-blocks", indexd.DefaultMaxInFlightBlocks, "most blocks of Lookups answered at once, server-wide (a token Lookup counts its tokens / 16); past it Lookups fail RESOURCE_EXHAUSTED")
 	return cmd
 }
 
@@ -128,4 +132,5 @@ var positiveFlags = []string{
 	"max-hashes", "max-tokens", "max-multimodal-items", "max-extra-bytes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
+	"progress-interval", "stale-log-after", "max-inflight-blocks",
 }

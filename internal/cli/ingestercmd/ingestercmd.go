@@ -61,6 +61,8 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.MapRebuildPageBytes, "map-rebuild-page-bytes", c.MapRebuildPageBytes, "token mode: most bytes of one etcd page when a new owner rebuilds the maps from block values")
 	fs.DurationVar(&c.LeaseTTL, "lease-ttl", c.LeaseTTL, "TTL of the leases block keys hang on (whole seconds; 2/3 of it must exceed --session-timeout plus --rebalance-timeout plus a tenth of it)")
 	fs.DurationVar(&c.LivenessWindow, "liveness-window", c.LivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (on the partition clock)")
+	fs.DurationVar(&c.OutageThreshold, "outage-threshold", 0, "no record anywhere in the topic for longer than this is an outage, which ages nobody (0: 15s, or half --liveness-window when shorter; must be below it)")
+	fs.DurationVar(&c.OutageGrace, "outage-grace", 0, "after an outage, or a claim following a silence, every endpoint is kept this long before it can expire (0: --liveness-window)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout (the brokers must allow it)")
 	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "consumer group rebalance timeout")
 	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "most operations in one etcd transaction (at most etcd's --max-txn-ops)")

@@ -1,0 +1,147 @@
+package indexd
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/kvindex/kvindex/internal/testutil"
+	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+)
+
+// waitFor polls cond every 10 ms until it holds or testTimeout passes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// gathered is the value of the replica's gauge or counter name.
+func gathered(t *testing.T, r *replica, name string) float64 {
+	t.Helper()
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name && len(mf.Metric) == 1 {
+			if g := mf.Metric[0].Gauge; g != nil {
+				return g.GetValue()
+			}
+			return mf.Metric[0].GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+// progressOf looks up nothing and returns the answer's progress time.
+func progressOf(t *testing.T, r *replica) time.Time {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	resp, err := r.api.Lookup(ctx, &kvindexv1.LookupRequest{Model: "m", BlockHashes: []uint64{1}})
+	if err != nil {
+		t.Fatalf("Lookup: %v", err)
+	}
+	if resp.ProgressTime == nil {
+		t.Fatal("Lookup answer carries no progress_time")
+	}
+	return resp.ProgressTime.AsTime()
+}
+
+// An idle replica whose etcd is healthy keeps proving itself current:
+// RequestProgress every ProgressInterval moves every answer's
+// progress_time although no key changes.
+func TestProgressTimeAdvancesWhileIdle(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	r := startReplica(t, e.Client, func(c *Config) { c.ProgressInterval = 20 * time.Millisecond })
+	r.waitServing(t)
+	first := progressOf(t, r)
+	waitFor(t, "progress_time to advance with no writes", func() bool {
+		return progressOf(t, r).Sub(first) >= 100*time.Millisecond
+	})
+	if age := gathered(t, r, "kvindex_indexd_progress_age_seconds"); age > 5 {
+		t.Fatalf("progress age %v s on a healthy idle replica", age)
+	}
+	r.stop()
+}
+
+// During an etcd outage the replica keeps answering from its last state,
+// and says how stale it is: progress_time freezes, the age metric grows,
+// a warning is counted, /readyz (Ready) fails past MaxStaleness while gRPC
+// health stays SERVING; once etcd is back, all of it recovers.
+func TestStaleDuringEtcdOutage(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	w := newWriter(t, e.Client)
+	s := newStream(t, w, 1)
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
+		c.ProgressInterval = 20 * time.Millisecond
+		c.StaleLogAfter = 200 * time.Millisecond
+		c.MaxStaleness = 400 * time.Millisecond
+	})
+	r.waitServing(t)
+	s.step(10)
+	s.check(r)
+	if err := r.srv.Ready(); err != nil {
+		t.Fatalf("Ready() = %v before the outage", err)
+	}
+
+	px.Cut()
+	waitFor(t, "Ready to report staleness", func() bool { return errors.Is(r.srv.Ready(), ErrStale) })
+	frozen := progressOf(t, r)
+	if age := time.Since(frozen); age < 400*time.Millisecond {
+		t.Fatalf("progress_time %v is only %v old while Ready says stale", frozen, age)
+	}
+	// Still answers from the last state (the reference is unchanged).
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
+	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health during the outage = %v, %v; want SERVING", h, err)
+	}
+	if age := gathered(t, r, "kvindex_indexd_progress_age_seconds"); age < 0.4 {
+		t.Fatalf("progress age metric %v s, want at least 0.4", age)
+	}
+	waitFor(t, "the stale warning", func() bool { return promtest.ToFloat64(r.srv.m.staleWarnings) == 1 })
+
+	px.Restore(testutil.HostPort(e.Endpoints[0]))
+	waitFor(t, "Ready after etcd is back", func() bool { return r.srv.Ready() == nil })
+	if p := progressOf(t, r); !p.After(frozen) {
+		t.Fatalf("progress_time %v did not move past %v after the outage", p, frozen)
+	}
+	s.step(10)
+	s.check(r)
+	if n := promtest.ToFloat64(r.srv.m.staleWarnings); n != 1 {
+		t.Fatalf("stale warnings = %v, want 1 (one per episode)", n)
+	}
+	r.stop()
+}
+
+// With MaxStaleness off (the default), a stale replica stays ready.
+func TestMaxStalenessOffKeepsReady(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
+		c.ProgressInterval = 20 * time.Millisecond
+		c.StaleLogAfter = 100 * time.Millisecond
+	})
+	r.waitServing(t)
+	px.Cut()
+	waitFor(t, "the stale warning", func() bool { return promtest.ToFloat64(r.srv.m.staleWarnings) == 1 })
+	if err := r.srv.Ready(); err != nil {
+		t.Fatalf("Ready() = %v with MaxStaleness off", err)
+	}
+	px.Restore(testutil.HostPort(e.Endpoints[0]))
+	r.stop()
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/bridgetest"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -37,6 +38,7 @@ const outageModel = "outage/model"
 // batch record just before the outage, never another).
 type outageFleet struct {
 	engine *enginesim.Engine
+	bridge *bridgetest.Running
 	live   keyspace.Endpoint
 	dead   keyspace.Endpoint
 	blocks uint64 // the live pod's GPU blocks before the outage
@@ -54,7 +56,7 @@ func startOutageFleet(t *testing.T, ctx context.Context, brokers []string) *outa
 		dead: keyspace.Endpoint{Model: outageModel, Pod: "default/vllm-dead"}}
 	cfg := bridgeConfig(eng, brokers, f.live)
 	cfg.HeartbeatInterval = outageHeartbeat
-	startBridge(t, ctx, cfg, eng, 1, true)
+	f.bridge = startBridge(t, ctx, cfg, eng, 1, true)
 	w := enginesim.NewWorkload(1, enginesim.WorkloadConfig{Capacity: 1 << 20}) // no evictions
 	for range 3 {
 		if _, err := eng.Publish(ctx, w.Next().MustEncode()); err != nil {
@@ -153,7 +155,11 @@ func (f *outageFleet) afterOutage(t *testing.T, ctx context.Context, c *client.C
 	}
 }
 
-func outageIngester(cfg *ingester.Config) { cfg.LivenessWindow = outageWindow }
+// outageIngester: the short window, and engine-hash mode (the dead pod's
+// record is produced by hand, with hashes and no token ids).
+func outageIngester(cfg *ingester.Config) {
+	cfg.LivenessWindow, cfg.HashMode = outageWindow, keyspace.HashModeEngine
+}
 
 // outageLogger logs to stderr when KVINDEX_TEST_LOG is set (a level),
 // else nowhere.
@@ -233,7 +239,10 @@ func TestOutageThroughPipeline(t *testing.T) {
 		stop()
 		time.Sleep(2 * outageWindow)
 		stop = run()
-		defer stop()
 		f.afterOutage(t, ctx, c, time.Now())
+		if err := f.bridge.Stop(); err != nil { // while its broker is still up
+			t.Errorf("bridge: %v", err)
+		}
+		stop()
 	})
 }

@@ -209,7 +209,14 @@ func TestReplayNeverRevives(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	t0 := time.Now().Add(-time.Hour)
-	recs := []refmodel.Record{store(t, "dead", t0, 1, 2), heartbeat("dead", t0.Add(time.Second)), store(t, "alive", t0.Add(100*time.Second), 3)}
+	recs := []refmodel.Record{store(t, "dead", t0, 1, 2), heartbeat("dead", t0.Add(time.Second))}
+	// The live pod heartbeats through the dead one's silence, so the topic
+	// flows and the silence is the dead pod's alone (a topic-wide silence
+	// is an outage that ages nobody: DESIGN semantics 8, v1.1).
+	for s := 10; s < 100; s += 10 {
+		recs = append(recs, heartbeat("alive", t0.Add(time.Duration(s)*time.Second)))
+	}
+	recs = append(recs, store(t, "alive", t0.Add(100*time.Second), 3))
 	end := ingesttest.Produce(t, ctx, e.prod, topic, recs)
 	cfg := e.config(t, topic, "g-revive", "/kvindex/revive/")
 	cfg.Clock = clockwork.NewFakeClockAt(t0.Add(100 * time.Second))

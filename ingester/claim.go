@@ -30,6 +30,8 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	type claimed struct {
 		rev    int64
 		stored int64 // -1: none stored
+		// offRev is the stored offset's ModRevision (0: none stored).
+		offRev int64
 	}
 	got := make(map[int32]claimed, len(ps))
 	for _, p := range ps {
@@ -55,6 +57,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 		}
 		c := claimed{rev: resp.Header.Revision, stored: -1}
 		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+			c.offRev = kvs[0].ModRevision
 			if c.stored, err = keyspace.ParseOffset(kvs[0].Value); err != nil {
 				in.log.Error("stored offset is malformed; treating it as out of range", "partition", part.String(), "err", err)
 				c.stored = -2
@@ -116,6 +119,7 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 			end = o.Offset
 		}
 		w := in.newWorker(p, c.rev, eps[p])
+		w.offsetRev = c.offRev
 		if _, err := w.rebuildMaps(ctx); err != nil {
 			return err
 		}

@@ -55,6 +55,10 @@ type worker struct {
 
 	claimRev  int64
 	offsetKey []byte
+	// offsetRev is the ModRevision of the stored offset as the claim read
+	// it: the revision of the last window that committed, whose state the
+	// replay from the stored offset starts from (0: no offset stored).
+	offsetRev int64
 
 	// next is the offset after the last applied record; committed the
 	// offset stored in etcd. reset, when >= 0 at start, is the log start

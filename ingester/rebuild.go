@@ -15,9 +15,13 @@ import (
 
 // rebuildStats describes one partition's map rebuild, for logs and tests.
 type rebuildStats struct {
-	// Revision is the etcd revision every page was read at (at or after
-	// the claim's).
+	// Revision is the etcd revision every page was read at: the stored
+	// offset's (the state the replay starts from), or, when none is
+	// stored or it was compacted, the newest one at or after the claim's.
 	Revision int64
+	// Latest reports that the rebuild read the newest revision instead of
+	// the stored offset's.
+	Latest bool
 	// Keys and Pages count the block keys read and the Range calls.
 	Keys, Pages int
 	// Entries is the partition's map entries after the rebuild.
@@ -34,11 +38,23 @@ const rebuildPageBlockOverhead = 32
 // rebuildMaps fills the token-mode maps of w's endpoints from etcd before
 // the worker applies anything (DESIGN "Hashing"): for every loaded
 // endpoint whose record says token mode, it lists its blocks/ range, in
-// pages of at most MapRebuildPageBytes, all at one revision at or after
-// the claim's (so every write of a previous owner is in, or fenced out),
-// and enters each block's value, its engine hash, with the key and tier
-// the block key names. Endpoints of the other hash mode are left alone;
-// the worker drops and rewrites them (init).
+// pages of at most MapRebuildPageBytes, and enters each block's value, its
+// engine hash, with the key and tier the block key names. Endpoints of the
+// other hash mode are left alone; the worker drops and rewrites them
+// (init).
+//
+// Every page is read at the revision of the stored offset (w.offsetRev,
+// which the claim read after every committed write of a previous owner):
+// the map is then the one the records before the stored offset made,
+// which is what the replay's decisions must read. The newest revision
+// would also hold what an uncommitted window wrote before a crash (its
+// drops, and the block transactions that landed): a placeholder or a
+// removal replayed before the store that wrote a key would find that key,
+// one after a tier clear that landed would miss it, and the replay would
+// key differently from the run that never crashed. Only when no offset is
+// stored, or its revision was compacted away, is the newest revision read
+// (at or after the claim's, so every write of a previous owner is in, or
+// fenced out).
 //
 // A block that cannot enter the map would be a ghost, since no removal
 // could reach it: one whose value is not 16 lowercase hex digits, or a
@@ -52,6 +68,8 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 		return st, nil
 	}
 	start := time.Now()
+	st.Revision = w.offsetRev
+	st.Latest = st.Revision == 0
 	for {
 		err := w.rebuildAt(ctx, &st)
 		if err == nil {
@@ -62,17 +80,22 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 		}
 		// The pinned revision was compacted away mid-rebuild: start over
 		// at the newest one (still at or after the claim's).
-		w.log.Warn("map rebuild's revision was compacted; starting over", "revision", st.Revision)
+		if st.Revision == w.offsetRev {
+			w.log.Warn("the stored offset's revision was compacted; rebuilding the engine-hash maps at the newest revision, which may hold writes of an uncommitted window",
+				"revision", st.Revision)
+		} else {
+			w.log.Warn("map rebuild's revision was compacted; starting over", "revision", st.Revision)
+		}
 		for _, ep := range w.eps {
 			w.ap.maps.clear(ep)
 			ep.unmapped = nil
 		}
-		st = rebuildStats{}
+		st = rebuildStats{Latest: true}
 	}
 	st.Entries = w.ap.maps.entries
 	w.m.mapRebuilt.Add(float64(st.Entries))
 	w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
-	w.log.Info("engine-hash maps rebuilt", "revision", st.Revision, "keys", st.Keys, "pages", st.Pages, "entries", st.Entries,
+	w.log.Info("engine-hash maps rebuilt", "revision", st.Revision, "latest", st.Latest, "keys", st.Keys, "pages", st.Pages, "entries", st.Entries,
 		"unmapped", st.Unmapped, "seconds", time.Since(start).Seconds())
 	return st, nil
 }
@@ -106,10 +129,10 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 				return rpctypes.ErrCompacted
 			}
 			st.Pages++
+			if st.Pages == 1 && resp.Header.Revision < w.claimRev {
+				return fmt.Errorf("%w: etcd answered at revision %d, before the claim's %d", ErrClaim, resp.Header.Revision, w.claimRev)
+			}
 			if st.Revision == 0 {
-				if resp.Header.Revision < w.claimRev {
-					return fmt.Errorf("%w: etcd answered at revision %d, before the claim's %d", ErrClaim, resp.Header.Revision, w.claimRev)
-				}
 				st.Revision = resp.Header.Revision
 			}
 			for _, kv := range resp.Kvs {

@@ -66,7 +66,6 @@ func TestSoakBounded(t *testing.T) {
 	s := stacktest.Start(t, func(c *stack.Config) { c.CompactionRetention, c.KafkaRetention = 2*time.Second, 5*time.Second })
 	ctx, cancel := context.WithTimeout(context.Background(), run+time.Minute)
 	defer cancel()
-	waitReady(t, ctx, s)
 	prod := ingesttest.NewProducer(t, []string{s.KafkaAddr()})
 
 	const model = "soak/model"
@@ -157,17 +156,6 @@ func sample(t *testing.T, ctx context.Context, s *stack.Stack, at time.Duration,
 	runtime.ReadMemStats(&ms)
 	return soakSample{at: at, records: records, dbSize: st.DbSize, dbInUse: st.DbSizeInUse, revision: st.Header.Revision,
 		goroutines: runtime.NumGoroutine(), heap: ms.HeapAlloc, keys: keys.Count}
-}
-
-func waitReady(t *testing.T, ctx context.Context, s *stack.Stack) {
-	t.Helper()
-	for s.Ready() != nil {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("stack not ready: %v", s.Ready())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
 }
 
 // The stack compacts etcd's history on its own: a revision older than the

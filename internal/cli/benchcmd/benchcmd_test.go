@@ -23,13 +23,14 @@ func TestMain(m *testing.M) {
 
 // figureLine is the shape every -o json line must have.
 type figureLine struct {
-	Figure    *string  `json:"figure"`
-	Value     *float64 `json:"value"`
-	Unit      *string  `json:"unit"`
-	Reference *float64 `json:"reference"`
-	Ratio     *float64 `json:"ratio"`
-	Goal      *float64 `json:"goal"`
-	Met       *bool    `json:"met"`
+	Figure    *string           `json:"figure"`
+	Value     *float64          `json:"value"`
+	Unit      *string           `json:"unit"`
+	Reference *float64          `json:"reference"`
+	Ratio     *float64          `json:"ratio"`
+	Goal      *float64          `json:"goal"`
+	Met       *bool             `json:"met"`
+	Labels    map[string]string `json:"labels"`
 }
 
 // TestQuickSmoke runs every subcommand's --quick variant with -o json, in
@@ -83,6 +84,13 @@ func TestQuickSmoke(t *testing.T) {
 				}
 				if !bytes.Contains(sc.Bytes(), []byte(`"met":`)) || !bytes.Contains(sc.Bytes(), []byte(`"goal":`)) {
 					t.Errorf("line %q: goal and met must be present (null when there is no goal)", sc.Text())
+				}
+				// The write-path figures say how etcd and the ingesters
+				// ran: by default as production runs them.
+				if sub == "fleet" || sub == "ingest" {
+					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" {
+						t.Errorf("figure %s: labels %v, want fsync on and hash_mode token", *f.Figure, f.Labels)
+					}
 				}
 				names = append(names, *f.Figure)
 			}

@@ -26,8 +26,56 @@ import (
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
-// etcdNode is an embedded etcd in a temporary directory (fsync off: no
-// benchmark needs durability) and a client to it.
+// Setup is how a benchmark runs the pipeline's stateful parts. Its zero
+// value is what production runs: every etcd with fsync on and the
+// ingesters in the ingester's default hash mode (token). The write-path
+// benchmarks (ingest, fleet) take one; every figure they report carries
+// its settings as the labels hash_mode and fsync.
+type Setup struct {
+	// HashMode is the ingesters' --hash-mode; empty means the ingester's
+	// default (keyspace.HashModeToken). In token mode the ingesters key
+	// each block from its token ids (the streams carry them) and the
+	// freshness probes look up the token keys (Record.Keys).
+	HashMode keyspace.HashMode
+	// NoFsync runs every etcd with fsync off (embed's UnsafeNoFsync),
+	// which no deployment does: for comparison with earlier figures only.
+	NoFsync bool
+}
+
+// hashMode is s.HashMode with its default filled in.
+func (s Setup) hashMode() keyspace.HashMode {
+	if s.HashMode == "" {
+		return ingester.DefaultConfig().HashMode
+	}
+	return s.HashMode
+}
+
+func (s Setup) check() error {
+	if _, err := keyspace.ParseHashMode(string(s.hashMode())); err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	return nil
+}
+
+// etcd is the etcd options of s.
+func (s Setup) etcd() etcdOptions { return etcdOptions{noFsync: s.NoFsync} }
+
+// labels adds s's labels (hash_mode, fsync on|off) to m and returns it.
+func (s Setup) labels(m map[string]string) map[string]string {
+	m["hash_mode"] = string(s.hashMode())
+	m["fsync"] = fsyncLabel(!s.NoFsync)
+	return m
+}
+
+func fsyncLabel(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// etcdNode is an embedded etcd in a temporary directory and a client to
+// it.
 type etcdNode struct {
 	srv *etcdembed.Server
 	cli *clientv3.Client
@@ -39,6 +87,9 @@ type etcdNode struct {
 type etcdOptions struct {
 	// quota is --quota-backend-bytes; 0 means etcdembed's default (8 GiB).
 	quota int64
+	// noFsync turns fsync off (Setup.NoFsync; the read-path benchmarks,
+	// whose figures fsync does not bear on, seed their etcd with it off).
+	noFsync bool
 }
 
 // startEtcd starts an embedded etcd on a free loopback port.
@@ -50,7 +101,7 @@ func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNo
 	cfg := etcdembed.Config{
 		DataDir:           filepath.Join(dir, "etcd"),
 		ClientAddr:        "127.0.0.1:0",
-		UnsafeNoFsync:     true,
+		UnsafeNoFsync:     opts.noFsync,
 		QuotaBackendBytes: opts.quota,
 		Logger:            log,
 	}
@@ -197,6 +248,7 @@ type ingesterOptions struct {
 	maxTxnOps  int
 	windowOps  int
 	inFlight   int
+	hashMode   keyspace.HashMode
 	beforeTxn  func(context.Context, ingester.TxnInfo) error
 	log        *slog.Logger
 }
@@ -206,9 +258,9 @@ type ingesterOptions struct {
 func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error) {
 	group := fmt.Sprintf("bench-%d-%x", os.Getpid(), rand.Uint64())
 	cfg := ingester.DefaultConfig()
-	// The bench streams carry engine hashes and no token ids: their
-	// figures are engine-hash mode's (BENCHMARKS.md).
-	cfg.HashMode = keyspace.HashModeEngine
+	if o.hashMode != "" {
+		cfg.HashMode = o.hashMode
+	}
 	cfg.Etcd = o.cli
 	cfg.Brokers = o.brokers
 	cfg.Topic = o.topic

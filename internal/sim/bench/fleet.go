@@ -54,6 +54,9 @@ type FleetConfig struct {
 	MaxTxnsInFlight int
 	// Profile, when set, receives a CPU profile (pprof) of the paced run.
 	Profile io.Writer
+	// Setup is how etcd and the ingester run (fsync, hash mode), in the
+	// ceiling's run and the measured one alike.
+	Setup Setup
 	// Logger receives the components' logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -61,6 +64,9 @@ type FleetConfig struct {
 func (c *FleetConfig) defaults() error {
 	if c.Stream == nil || len(c.Stream.Records) == 0 {
 		return fmt.Errorf("bench: fleet needs a stream")
+	}
+	if err := c.Setup.check(); err != nil {
+		return err
 	}
 	if c.Partitions <= 0 {
 		c.Partitions = 4
@@ -89,6 +95,8 @@ func (c *FleetConfig) defaults() error {
 // FleetResult is what RunFleet measured.
 type FleetResult struct {
 	Partitions int32
+	// Setup is the run's etcd and ingester settings.
+	Setup Setup
 	// Records, Events and BlockOps are the stream's.
 	Records, Events, BlockOps int
 	// CeilingOps and CeilingTime are the raw writer's block operations
@@ -137,7 +145,7 @@ func (r *FleetResult) Figures() []Figure {
 	if r.Fraction > 0 {
 		frac = fmt.Sprintf("%.3g", r.Fraction)
 	}
-	labels := map[string]string{"fraction": frac, "partitions": fmt.Sprint(r.Partitions)}
+	labels := r.Setup.labels(map[string]string{"fraction": frac, "partitions": fmt.Sprint(r.Partitions)})
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	var p99Goal *Goal
 	if r.Fraction == 0.5 {
@@ -180,7 +188,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		return nil, err
 	}
 	s := cfg.Stream
-	res := &FleetResult{Partitions: cfg.Partitions, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
+	res := &FleetResult{Partitions: cfg.Partitions, Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
 	if err := fleetCeiling(ctx, cfg, res); err != nil {
 		return nil, err
 	}
@@ -215,11 +223,12 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, end)
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight,
+		hashMode: cfg.Setup.hashMode(), log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
 	}
-	node, err := startEtcd(ctx, cfg.Logger, etcdOptions{})
+	node, err := startEtcd(ctx, cfg.Logger, cfg.Setup.etcd())
 	if err != nil {
 		return err
 	}
@@ -245,7 +254,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 		return err
 	}
 	defer kafka.Close()
-	node, err := startEtcd(ctx, log, etcdOptions{})
+	node, err := startEtcd(ctx, log, cfg.Setup.etcd())
 	if err != nil {
 		return err
 	}
@@ -274,7 +283,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
 	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight, log: log,
-		beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
+		hashMode: cfg.Setup.hashMode(), beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			if info.Offset >= 0 {
 				at := time.Now()
 				commitMu.Lock()
@@ -389,7 +398,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 			go func() {
 				defer probes.Done()
 				defer func() { <-sem }()
-				ans, err := replicas[1].Lookup(pctx, Model, rec.Hashes, client.WithBarrier(cfg.BarrierTimeout,
+				ans, err := replicas[1].Lookup(pctx, Model, rec.LookupKeys(cfg.Setup.hashMode()), client.WithBarrier(cfg.BarrierTimeout,
 					client.PartitionOffset{Topic: topic, Partition: kr.Partition, Offset: kr.Offset}))
 				shown := time.Now()
 				if err != nil {
@@ -417,7 +426,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 		barrier = append(barrier, client.PartitionOffset{Topic: topic, Partition: p, Offset: off})
 	}
 	mu.Unlock()
-	if _, err := replicas[0].Lookup(pctx, Model, cfg.Stream.Records[0].Hashes, client.WithBarrier(cfg.BarrierTimeout, barrier...)); err != nil {
+	if _, err := replicas[0].Lookup(pctx, Model, cfg.Stream.Records[0].LookupKeys(cfg.Setup.hashMode()), client.WithBarrier(cfg.BarrierTimeout, barrier...)); err != nil {
 		return fmt.Errorf("bench: waiting for the first replica: %w", err)
 	}
 	res.Elapsed = time.Since(began)

@@ -34,6 +34,9 @@ type IngestConfig struct {
 	// Rounds is how many times the reference and the timed ingest run,
 	// alternating which goes first. Default 1.
 	Rounds int
+	// Setup is how etcd and the ingesters run (fsync, hash mode); the
+	// reference writes the same transactions to an etcd run the same way.
+	Setup Setup
 	// Logger receives the components' logs. Default: discard.
 	Logger *slog.Logger
 }
@@ -41,6 +44,9 @@ type IngestConfig struct {
 func (c *IngestConfig) defaults() error {
 	if c.Stream == nil || len(c.Stream.Records) == 0 {
 		return fmt.Errorf("bench: ingest needs a stream")
+	}
+	if err := c.Setup.check(); err != nil {
+		return err
 	}
 	if c.Partitions <= 0 {
 		c.Partitions = 4
@@ -60,6 +66,8 @@ func (c *IngestConfig) defaults() error {
 // IngestResult is what RunIngest measured, summed over its rounds.
 type IngestResult struct {
 	Partitions int32
+	// Setup is the run's etcd and ingester settings.
+	Setup Setup
 	Rounds     int
 	// Records and Events are one round's stream.
 	Records, Events int
@@ -89,7 +97,7 @@ func (r *IngestResult) RawRate() float64 { return float64(r.RefOps) / r.RefTime.
 // Figures returns the ingest figures: the rate against the raw etcd
 // limit (goal ≥ 0.8), the steady rate, and the raw limit itself.
 func (r *IngestResult) Figures() []Figure {
-	labels := map[string]string{"partitions": fmt.Sprint(r.Partitions), "rounds": fmt.Sprint(r.Rounds)}
+	labels := r.Setup.labels(map[string]string{"partitions": fmt.Sprint(r.Partitions), "rounds": fmt.Sprint(r.Rounds)})
 	ref := "same txns straight to etcd"
 	return []Figure{
 		{Name: "ingest_block_ops_per_second", Labels: labels, Value: r.IngestRate(), Unit: "block-ops/s",
@@ -156,11 +164,11 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 	if err != nil {
 		return nil, err
 	}
-	run.capture, err = captureRun(ctx, run.options(), run.end)
+	run.capture, err = captureRun(ctx, run.options(), cfg.Setup.etcd(), run.end)
 	if err != nil {
 		return nil, err
 	}
-	run.Result = &IngestResult{Partitions: cfg.Partitions, Records: len(cfg.Stream.Records),
+	run.Result = &IngestResult{Partitions: cfg.Partitions, Setup: cfg.Setup, Records: len(cfg.Stream.Records),
 		Events: cfg.Stream.Events, RefTxns: run.capture.transactions()}
 	return run, nil
 }
@@ -168,7 +176,7 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 // options are the ingesters' shape (each run adds its etcd client).
 func (r *IngestRun) options() ingesterOptions {
 	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps, inFlight: r.cfg.MaxTxnsInFlight,
-		log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
+		hashMode: r.cfg.Setup.hashMode(), log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
 }
 
 // Close stops the broker.
@@ -192,7 +200,7 @@ func (r *IngestRun) Round(ctx context.Context) error {
 }
 
 func (r *IngestRun) reference(ctx context.Context) error {
-	node, err := startEtcd(ctx, r.cfg.Logger, etcdOptions{})
+	node, err := startEtcd(ctx, r.cfg.Logger, r.cfg.Setup.etcd())
 	if err != nil {
 		return err
 	}
@@ -207,7 +215,7 @@ func (r *IngestRun) reference(ctx context.Context) error {
 }
 
 func (r *IngestRun) timed(ctx context.Context) error {
-	node, err := startEtcd(ctx, r.cfg.Logger, etcdOptions{})
+	node, err := startEtcd(ctx, r.cfg.Logger, r.cfg.Setup.etcd())
 	if err != nil {
 		return err
 	}
@@ -250,11 +258,12 @@ func (r *IngestRun) timed(ctx context.Context) error {
 }
 
 // captureRun ingests the produced records once into a fresh etcd, with
-// an ingester shaped by o (its etcd client is captureRun's own), and
+// an ingester shaped by o (its etcd client is captureRun's own) and an
+// etcd shaped by eo, and
 // returns the write transactions it committed.
-func captureRun(ctx context.Context, o ingesterOptions, end map[int32]int64) (*txnCapture, error) {
+func captureRun(ctx context.Context, o ingesterOptions, eo etcdOptions, end map[int32]int64) (*txnCapture, error) {
 	ks := keyspace.Default()
-	node, err := startEtcd(ctx, o.log, etcdOptions{})
+	node, err := startEtcd(ctx, o.log, eo)
 	if err != nil {
 		return nil, err
 	}

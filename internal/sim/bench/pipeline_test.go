@@ -12,6 +12,7 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
@@ -20,11 +21,19 @@ import (
 // written straight to a fresh etcd (with the ingester's default number in
 // flight, so the writer must keep its barriers), leave exactly the blocks
 // the stream describes (the reference model's answer), and count the
-// block operations the ingester wrote.
+// block operations the ingester wrote. It runs in both hash modes: in
+// token mode the captured block keys are token keys, and every block the
+// stream stores (CPU placeholders included) must have been keyed.
 func TestRawWriteReproducesIngest(t *testing.T) {
+	trace := loadTestTrace(t)
+	for _, mode := range []keyspace.HashMode{keyspace.HashModeEngine, keyspace.HashModeToken} {
+		t.Run(string(mode), func(t *testing.T) { testRawWriteReproducesIngest(t, trace, mode) })
+	}
+}
+
+func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode keyspace.HashMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	trace := loadTestTrace(t)
 	s, err := BuildStream(trace, StreamConfig{Endpoints: 4, GPUBlocks: 32, CPUBlocks: 64, Requests: 300})
 	if err != nil {
 		t.Fatal(err)
@@ -45,14 +54,14 @@ func TestRawWriteReproducesIngest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: 2, log: log, brokers: kafka.ListenAddrs(), topic: topic}, end)
+	capture, err := captureRun(ctx, ingesterOptions{partitions: 2, hashMode: mode, log: log, brokers: kafka.ListenAddrs(), topic: topic}, etcdOptions{noFsync: true}, end)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if capture.transactions() == 0 || capture.blockOps() < int64(s.Stats.Misses) {
 		t.Fatalf("captured %d transactions with %d block ops; the stream stores %d blocks", capture.transactions(), capture.blockOps(), s.Stats.Misses)
 	}
-	node, err := startEtcd(ctx, log, etcdOptions{})
+	node, err := startEtcd(ctx, log, etcdOptions{noFsync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +81,7 @@ func TestRawWriteReproducesIngest(t *testing.T) {
 	for _, kv := range resp.Kvs {
 		got = append(got, string(kv.Key))
 	}
-	m := refmodel.New(refmodel.Config{})
+	m := refmodel.New(refmodel.Config{HashMode: mode})
 	for i := range s.Records {
 		kr := s.KafkaRecord(topic, i)
 		hs := map[string]string{}

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 )
 
@@ -46,9 +47,22 @@ type Record struct {
 	// Events and BlockOps count the batch's events and their block hashes
 	// (each a block stored in or removed from a tier).
 	Events, BlockOps int
-	// Hashes are the served request's block hashes, the prompt a router
-	// would look up.
+	// Hashes are the served request's block hashes (the engines'), the
+	// prompt a router looks up in engine-hash mode.
 	Hashes []uint64
+	// Keys are the canonical token keys of the same blocks
+	// (fleetsim.Fleet.Keys), the prompt a router that keys locally looks
+	// up in token mode.
+	Keys []uint64
+}
+
+// LookupKeys returns what a router looks up for r's request when the
+// ingesters run in mode: Keys in token mode, else Hashes.
+func (r *Record) LookupKeys(mode keyspace.HashMode) []uint64 {
+	if mode == keyspace.HashModeToken {
+		return r.Keys
+	}
+	return r.Hashes
 }
 
 // Stream is the ordered batches of a simulated fleet.
@@ -107,7 +121,7 @@ func BuildStream(trace []fleetsim.Request, cfg StreamConfig) (*Stream, error) {
 			return nil, fmt.Errorf("bench: encoding a batch: %w", err)
 		}
 		seq[i]++
-		r := Record{Pod: f.Pod(i), Seq: seq[i], Value: payload, Events: len(evs), Hashes: f.Hashes(req)}
+		r := Record{Pod: f.Pod(i), Seq: seq[i], Value: payload, Events: len(evs), Hashes: f.Hashes(req), Keys: f.Keys(req)}
 		for _, ev := range evs {
 			r.BlockOps += len(ev.BlockHashes)
 		}

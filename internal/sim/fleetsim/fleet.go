@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -135,13 +136,18 @@ func (f *Fleet) ServeOn(i int, req Request) []events.Event {
 		}
 		b.store(h, parent, j > 0, f.cfg.TokensPerBlock, req, j)
 		if victim, ok := ep.gpu.add(h); ok {
-			b.remove(victim, "GPU")
+			// The offload is published before the GPU removal, as vLLM's
+			// offloading connector stores a block in the CPU tier before
+			// its GPU copy is freed: in token mode the placeholder is keyed
+			// through the engine hash's entry, which lives only while the
+			// block is present in some tier (DESIGN "Hashing").
 			if ep.cpu.cap > 0 && !ep.cpu.touch(victim) {
 				b.offload(victim)
 				if cv, ok := ep.cpu.add(victim); ok {
 					b.remove(cv, "CPU")
 				}
 			}
+			b.remove(victim, "GPU")
 		}
 	}
 	for _, ev := range b.evs {
@@ -149,6 +155,33 @@ func (f *Fleet) ServeOn(i int, req Request) []events.Event {
 	}
 	f.Stats.Events += len(b.evs)
 	return b.evs
+}
+
+// Tokens returns the token ids of req's prompt as the fleet's engines see
+// it: TokensPerBlock ids per hash id (BlockTokens), first block first.
+func (f *Fleet) Tokens(req Request) []uint32 {
+	out := make([]uint32, 0, len(req.HashIDs)*f.cfg.TokensPerBlock)
+	for _, id := range req.HashIDs {
+		out = BlockTokens(out, id, f.cfg.TokensPerBlock)
+	}
+	return out
+}
+
+// Keys returns the canonical token keys (client.TokenKeys, DESIGN
+// "Hashing") of req's blocks, what a token-mode ingester stores them
+// under and a router that keys locally looks up.
+func (f *Fleet) Keys(req Request) []uint64 {
+	return client.TokenKeys(client.TokenPrompt{TokenIDs: f.Tokens(req)}, f.cfg.TokensPerBlock)
+}
+
+// BlockTokens appends the n token ids the fleet's engines store for trace
+// block id to dst: a pure function of the id (so a block id has one token
+// content everywhere), each id below 150,000, a typical vocabulary size.
+func BlockTokens(dst []uint32, id uint64, n int) []uint32 {
+	for k := range n {
+		dst = append(dst, uint32((id*31+uint64(k))%150000))
+	}
+	return dst
 }
 
 // builder accumulates events, merging adjacent ones of one kind.
@@ -164,9 +197,10 @@ func (b *builder) last() *events.Event {
 }
 
 func (b *builder) store(h, parent uint64, hasParent bool, tokensPerBlock int, req Request, j int) {
-	tokens := make([]int64, tokensPerBlock)
-	for k := range tokens {
-		tokens[k] = int64((req.HashIDs[j]*31 + uint64(k)) % 150000)
+	ids := BlockTokens(make([]uint32, 0, tokensPerBlock), req.HashIDs[j], tokensPerBlock)
+	tokens := make([]int64, len(ids))
+	for k, id := range ids {
+		tokens[k] = int64(id)
 	}
 	if l := b.last(); l != nil && l.Type == events.BlockStored && l.Medium == "GPU" && hasParent && l.BlockHashes[len(l.BlockHashes)-1] == parent {
 		l.BlockHashes = append(l.BlockHashes, h)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/events"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -14,18 +15,47 @@ import (
 // wire format into the reference model and checks that the model ends up
 // holding exactly what the simulated caches hold: the events are a faithful
 // description of the caches.
+//
+// It runs in both hash modes: in token mode the model keys every block by
+// its tokens and must key every event (no orphan store, no unknown
+// placeholder), so the fleet's event order keeps each offloaded block's
+// engine hash known until its CPU placeholder is stored.
 func TestEventsReproduceCaches(t *testing.T) {
 	reqs, err := LoadTrace(filepath.Join("..", "..", "..", "testdata", "mooncake", "conversation_trace.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, mode := range []keyspace.HashMode{keyspace.HashModeEngine, keyspace.HashModeToken} {
+		t.Run(string(mode), func(t *testing.T) { testEventsReproduceCaches(t, reqs[:2000], mode) })
+	}
+}
+
+func testEventsReproduceCaches(t *testing.T, reqs []Request, mode keyspace.HashMode) {
 	f, err := New(Config{Endpoints: 4, GPUBlocks: 64, CPUBlocks: 128, TokensPerBlock: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := refmodel.New(refmodel.Config{})
+	m := refmodel.New(refmodel.Config{HashMode: mode})
+	// key maps an engine hash to what the model stores it under: itself,
+	// or in token mode the block's token key (a trace id names its whole
+	// prefix, so each engine hash has one key).
+	key := map[uint64]uint64{}
 	const model = "mooncake"
-	for n, req := range reqs[:2000] {
+	for n, req := range reqs {
+		hs, ks := f.Hashes(req), f.Keys(req)
+		if len(ks) != len(hs) {
+			t.Fatalf("request %d: %d hashes, %d token keys", n, len(hs), len(ks))
+		}
+		for j, h := range hs {
+			k := h
+			if mode == keyspace.HashModeToken {
+				k = ks[j]
+			}
+			if old, ok := key[h]; ok && old != k {
+				t.Fatalf("request %d: block %x keyed %x and %x", n, h, old, k)
+			}
+			key[h] = k
+		}
 		i, evs := f.Serve(req)
 		payload, err := events.Encode(events.Batch{TS: float64(n), Events: evs}, events.EncodingMap)
 		if err != nil {
@@ -47,8 +77,17 @@ func TestEventsReproduceCaches(t *testing.T) {
 		}
 		got[i][b.Tier] = append(got[i][b.Tier], b.Hash)
 	}
+	if sk := m.SkippedEvents(); len(sk) != 0 {
+		t.Fatalf("model skipped events: %v", sk)
+	}
 	for i := 0; i < f.Endpoints(); i++ {
 		gpu, cpu := f.Contents(i)
+		for k := range gpu {
+			gpu[k] = key[gpu[k]]
+		}
+		for k := range cpu {
+			cpu[k] = key[cpu[k]]
+		}
 		slices.Sort(gpu)
 		slices.Sort(cpu)
 		if !slices.Equal(gpu, got[i][tier.GPU]) || !slices.Equal(cpu, got[i][tier.CPU]) {

@@ -106,7 +106,7 @@ func TestHostileRecords(t *testing.T) {
 		}
 	}
 	for reason, want := range map[string]float64{skipMalformed: 1, skipBadIncarnation: 2} {
-		if n := counterValue(t, reg, "kvindex_ingester_skipped_records_total", reason); n != want {
+		if n := testutil.CounterValue(t, reg, "kvindex_ingester_skipped_records_total", map[string]string{"reason": reason}); n != want {
 			t.Errorf("skipped records %s = %v, want %v", reason, n, want)
 		}
 	}
@@ -119,30 +119,6 @@ func TestHostileRecords(t *testing.T) {
 	if n := strings.Count(logs.String(), "events skipped"); n != 1 {
 		t.Errorf("%d log lines for one record's 20,000 skipped events, want 1", n)
 	}
-}
-
-// counterValue reads one labelled series of a counter vector by its full
-// name from reg.
-func counterValue(t *testing.T, reg *prometheus.Registry, name, label string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, lp := range m.GetLabel() {
-				if lp.GetValue() == label {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no %s{%s}", name, label)
-	return 0
 }
 
 // TestTransactionTooLargeForEtcdStopsLoudly: an ingester allowed more ops

@@ -49,6 +49,13 @@ type Config struct {
 	// certificates signed by that CA (etcd's --client-cert-auth and
 	// --trusted-ca-file). Default empty: no client certificate asked for.
 	TLSClientCAFile string
+	// SnapshotCount is etcd's --snapshot-count: the applied entries after
+	// which etcd snapshots and cuts its in-memory raft log down to
+	// SnapshotCatchUpEntries (--snapshot-catchup-entries). Between the two
+	// cuts the log holds every entry applied since, so the member's heap
+	// rises and falls by about SnapshotCount entries' size. Zero means
+	// etcd's defaults (10,000 and 5,000).
+	SnapshotCount, SnapshotCatchUpEntries uint64
 	// UnsafeNoFsync skips fsync (tests and benchmarks only: a crash loses
 	// data).
 	UnsafeNoFsync bool
@@ -129,6 +136,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.MaxRequestBytes = cfg.MaxRequestBytes
 	ec.QuotaBackendBytes = cfg.QuotaBackendBytes
 	ec.UnsafeNoFsync = cfg.UnsafeNoFsync
+	if cfg.SnapshotCount > 0 {
+		ec.SnapshotCount = cfg.SnapshotCount
+	}
+	if cfg.SnapshotCatchUpEntries > 0 {
+		ec.SnapshotCatchUpEntries = cfg.SnapshotCatchUpEntries
+	}
 	if cfg.AutoCompactionRetention > 0 {
 		ec.AutoCompactionMode = embed.CompactorModePeriodic
 		ec.AutoCompactionRetention = cfg.AutoCompactionRetention.String()

@@ -85,6 +85,12 @@ type Config struct {
 	// offset outside the log and restarts the partition at the log start
 	// (docs/semantics.md).
 	KafkaRetention time.Duration
+	// EtcdSnapshotCount and EtcdSnapshotCatchUpEntries are etcd's
+	// --snapshot-count and --snapshot-catchup-entries (etcdembed.Config):
+	// etcd's in-memory raft log, part of the process's heap, grows by up to
+	// EtcdSnapshotCount entries above EtcdSnapshotCatchUpEntries before a
+	// snapshot cuts it. Zero means etcd's defaults (10,000 and 5,000).
+	EtcdSnapshotCount, EtcdSnapshotCatchUpEntries uint64
 	// Logger receives every component's logs. Default: discard.
 	Logger *slog.Logger
 	// Ingester and Indexd, when set, adjust the component configs after
@@ -197,6 +203,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		ClientAddr:              cfg.EtcdAddr,
 		UnsafeNoFsync:           cfg.UnsafeNoFsync,
 		AutoCompactionRetention: retention,
+		SnapshotCount:           cfg.EtcdSnapshotCount,
+		SnapshotCatchUpEntries:  cfg.EtcdSnapshotCatchUpEntries,
 		Logger:                  cfg.Logger,
 	})
 	if err != nil {

@@ -67,8 +67,8 @@ func (c *IngestConfig) defaults() error {
 type IngestResult struct {
 	Partitions int32
 	// Setup is the run's etcd and ingester settings.
-	Setup Setup
-	Rounds     int
+	Setup  Setup
+	Rounds int
 	// Records and Events are one round's stream.
 	Records, Events int
 	// IngestOps are the block operations the timed ingesters wrote

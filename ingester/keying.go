@@ -131,15 +131,14 @@ func (a *applier) blockTokens(ids []int64) ([]uint32, bool) {
 
 // blockExtras returns block i's extras (DESIGN "Hashing"): the event's
 // extra_keys[i] when it has extra_keys, else its LoRA name when set, else
-// none. The slice is the worker's and valid until the next call.
+// none. The slice is the event's or the worker's, read-only, and valid
+// until the next call.
 func (a *applier) blockExtras(ev *events.Event, i int) []client.Extra {
 	a.extraBuf = a.extraBuf[:0]
 	switch {
 	case ev.HasExtraKeys:
 		if ev.ExtraKeys != nil {
-			for _, x := range ev.ExtraKeys[i] {
-				a.extraBuf = append(a.extraBuf, client.Extra{Kind: client.ExtraKind(x.Kind), Data: x.Data})
-			}
+			return ev.ExtraKeys[i]
 		}
 	case ev.LoraName != "":
 		a.extraBuf = append(a.extraBuf, client.StringExtra(ev.LoraName))

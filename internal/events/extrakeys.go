@@ -6,33 +6,32 @@ import (
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
+
+	"github.com/kvindex/kvindex/client"
 )
 
 // ExtraKind is the type of one extra hash key of a block, numbered as the
-// canonical key's type byte (docs/hashing.md).
-type ExtraKind uint8
+// canonical key's type byte: client.ExtraKind, the one definition the
+// ingester, indexd and routers share (docs/hashing.md).
+type ExtraKind = client.ExtraKind
 
-// The extra key types an engine's extra_keys may hold.
+// The extra key types an engine's extra_keys may hold (client's).
 const (
 	// ExtraString: a msgpack str (a LoRA name, a multimodal item's hash,
 	// a cache salt).
-	ExtraString ExtraKind = 1
+	ExtraString = client.ExtraString
 	// ExtraBytes: a msgpack bin.
-	ExtraBytes ExtraKind = 2
+	ExtraBytes = client.ExtraBytes
 	// ExtraInt: a msgpack integer.
-	ExtraInt ExtraKind = 3
+	ExtraInt = client.ExtraInt
 )
 
 // Extra is one extra hash key of a block, as the engine sent it in
-// extra_keys, in the byte form the canonical key hashes (docs/hashing.md,
-// "Extras"): a str's UTF-8 bytes, a bin's bytes, an integer as 8 bytes
-// little-endian two's complement (a uint above 2^63-1 keeps its 64 bits).
-type Extra struct {
-	// Kind is the key's type.
-	Kind ExtraKind
-	// Data is the key's bytes.
-	Data []byte
-}
+// extra_keys, in the byte form the canonical key hashes: client.Extra
+// (docs/hashing.md, "Extras"). The decoder builds it straight from the
+// payload bytes; client.EventExtras builds the same from values a msgpack
+// library already decoded.
+type Extra = client.Extra
 
 // maxExtraDepth bounds the nesting of a block's extra keys that is
 // flattened: the block's entry (1) holding vLLM's (mm_hash, offset) tuples

@@ -68,9 +68,7 @@ func (st *endpoint) storeTokens(ev events.Event) {
 		switch {
 		case ev.HasExtraKeys:
 			if ev.ExtraKeys != nil {
-				for _, x := range ev.ExtraKeys[i] {
-					extras = append(extras, client.Extra{Kind: client.ExtraKind(x.Kind), Data: x.Data})
-				}
+				extras = ev.ExtraKeys[i]
 			}
 		case ev.LoraName != "":
 			extras = []client.Extra{client.StringExtra(ev.LoraName)}

@@ -187,6 +187,7 @@ func newFleetCommand() *cobra.Command {
 		probeEvery   int
 		maxInFlight  int
 		windowOps    int
+		maxTxnOps    int
 		txnsInFlight int
 		setup        setupFlags
 	)
@@ -230,7 +231,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
-				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
+				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -285,6 +286,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops (deploy/ runs 1024; the embedded etcd takes up to 1024)")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
 	setup.register(fs)
 	return cmd

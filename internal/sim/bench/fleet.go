@@ -48,6 +48,10 @@ type FleetConfig struct {
 	// WindowOps is the ingesters' Config.WindowOps (the block operations
 	// that end a batch window). Default the ingester's.
 	WindowOps int
+	// MaxTxnOps is the ingesters' --max-txn-ops (operations per
+	// transaction; the embedded etcd takes up to 1,024, as deploy/ runs
+	// it). Default the ingester's (128).
+	MaxTxnOps int
 	// MaxTxnsInFlight is the ingesters' Config.MaxTxnsInFlight, and the
 	// transactions each reference writer keeps in flight. Default the
 	// ingester's.
@@ -223,7 +227,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight,
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
 		hashMode: cfg.Setup.hashMode(), log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
@@ -282,7 +286,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	}
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, inFlight: cfg.MaxTxnsInFlight, log: log,
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
 		hashMode: cfg.Setup.hashMode(), beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			if info.Offset >= 0 {
 				at := time.Now()

@@ -217,8 +217,10 @@ func (e *EPP) SetMetrics(m *fwkdl.Metrics) {
 type Request struct {
 	Model string
 	// Body is the JSON body; Path is ":path" ("/v1/completions" when
-	// empty).
-	Body any
+	// empty). RawBody, when set, is sent as the body instead of Body's
+	// encoding (a caller that builds large bodies itself).
+	Body    any
+	RawBody []byte
 	Path string
 	// Subset, when non-nil, is the Envoy subset hint
 	// (x-gateway-destination-endpoint-subset) of "address:port" strings:
@@ -238,9 +240,12 @@ func (e *EPP) Send(ctx context.Context, r Request) (string, *handlers.RequestCon
 	e.seq++
 	id := "req-" + strconv.Itoa(e.seq)
 	e.mu.Unlock()
-	body, err := json.Marshal(r.Body)
-	if err != nil {
-		return "", nil, err
+	body := r.RawBody
+	if body == nil {
+		var err error
+		if body, err = json.Marshal(r.Body); err != nil {
+			return "", nil, err
+		}
 	}
 	path := r.Path
 	if path == "" {

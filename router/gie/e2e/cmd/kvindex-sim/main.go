@@ -57,10 +57,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("repo", "", "the kvindex repository (default: found from the working directory upward)")
 	trace := fs.String("trace", "", "the trace, relative to the repository unless absolute (default "+def.TracePath+")")
 	report := fs.String("report", "kvindex-sim-report", "directory for report.md and hit_rate.svg (empty: no report)")
-	speedup := fs.Float64("speedup", 0, "divide the trace's time by this (default 20, quick 30)")
-	fractions := fs.String("fractions", "", "cache fractions, comma-separated (default 0.05,0.1,0.2,0.4; quick 0.2)")
-	routers := fs.String("routers", "", "router instance counts, comma-separated (default 1,4; quick 4)")
-	restarts := fs.String("restarts", "", "restart settings, comma-separated booleans (default false,true; quick true)")
+	speedup := fs.Float64("speedup", 0, "divide the trace's time by this (default 24, quick 30)")
+	fractions := fs.String("fractions", "", "cache fractions, comma-separated (default 0.05,0.1,0.2; quick 0.2)")
+	routers := fs.String("routers", "", "router instance counts, comma-separated; with --restarts, runs every combination for every strategy (default: approx and kvindex with 1 router, 4 routers, and 4 restarting routers; kvindex-tier with 4 restarting routers; quick: 4 restarting routers)")
+	restarts := fs.String("restarts", "", "restart settings, comma-separated booleans, crossed with --routers (default false,true when --routers is given)")
 	restartEvery := fs.Int("restart-every", 0, "requests an instance takes before it restarts (default 2000, quick 300)")
 	strategies := fs.String("strategies", "", "strategies, comma-separated (default all: "+strings.Join(sim.Strategies, ",")+")")
 	pods := fs.Int("pods", 0, "simulated vLLM pods (default 8)")
@@ -115,15 +115,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--fractions: %w", err)
 		}
 	}
-	if *routers != "" {
-		if c.Routers, err = parseList(*routers, strconv.Atoi); err != nil {
-			return fmt.Errorf("--routers: %w", err)
+	if *routers != "" || *restarts != "" {
+		ks, rs := []int{1, 4}, []bool{false, true}
+		if *routers != "" {
+			if ks, err = parseList(*routers, strconv.Atoi); err != nil {
+				return fmt.Errorf("--routers: %w", err)
+			}
 		}
-	}
-	if *restarts != "" {
-		if c.Restarts, err = parseList(*restarts, strconv.ParseBool); err != nil {
-			return fmt.Errorf("--restarts: %w", err)
+		if *restarts != "" {
+			if rs, err = parseList(*restarts, strconv.ParseBool); err != nil {
+				return fmt.Errorf("--restarts: %w", err)
+			}
 		}
+		c.Scenarios = sim.CrossScenarios(ks, rs)
 	}
 	if *strategies != "" {
 		c.Strategies = strings.Split(*strategies, ",")

@@ -42,11 +42,11 @@ type Config struct {
 	CPURatio float64
 	// Strategies are the strategies run (Strategies lists them).
 	Strategies []string
-	// Routers are the router instance counts run (K).
-	Routers []int
-	// Restarts are the restart settings run: false never restarts, true
-	// restarts each instance every RestartEvery requests.
-	Restarts     []bool
+	// Scenarios are the router setups each stateful strategy (approx,
+	// kvindex, kvindex-tier) runs in.
+	Scenarios []Scenario
+	// RestartEvery is how many requests a restarting instance takes
+	// before it is replaced.
 	RestartEvery int
 	// Speedup divides the trace's time: a request at trace time t is
 	// issued t / Speedup after its run starts.
@@ -70,21 +70,48 @@ type Config struct {
 	Quick bool
 }
 
+// Scenario is a router setup: K instances behind the load balancer,
+// restarting every Config.RestartEvery requests or never.
+type Scenario struct {
+	Routers  int
+	Restarts bool
+	// Strategies limits the scenario to these stateful strategies; nil
+	// runs every stateful strategy of the config in it.
+	Strategies []string
+}
+
+// CrossScenarios returns every combination of routers and restarts, for
+// every strategy.
+func CrossScenarios(routers []int, restarts []bool) []Scenario {
+	var out []Scenario
+	for _, k := range routers {
+		for _, r := range restarts {
+			out = append(out, Scenario{Routers: k, Restarts: r})
+		}
+	}
+	return out
+}
+
 // DefaultConfig returns the default run: the whole conversation trace, 8
-// pods, four cache fractions, every strategy, 1 and 4 routers, with and
-// without restarts every 2000 requests, at 20x.
+// pods with a CPU tier as large as their GPU cache, three cache fractions;
+// approx and kvindex with 1 router, 4 routers, and 4 routers restarting
+// every 2000 requests; kvindex-tier in that last setup (the goal
+// scenario); random and the oracle; at 24x, 4 runs at a time.
 func DefaultConfig() Config {
 	return Config{
-		TracePath:           "testdata/mooncake/conversation_trace.jsonl",
-		ConfigDir:           "deploy/examples/gie",
-		Pods:                8,
-		Fractions:           []float64{0.05, 0.1, 0.2, 0.4},
-		CPURatio:            1,
-		Strategies:          slices.Clone(Strategies),
-		Routers:             []int{1, 4},
-		Restarts:            []bool{false, true},
+		TracePath:  "testdata/mooncake/conversation_trace.jsonl",
+		ConfigDir:  "deploy/examples/gie",
+		Pods:       8,
+		Fractions:  []float64{0.05, 0.1, 0.2, 0.4},
+		CPURatio:   1,
+		Strategies: slices.Clone(Strategies),
+		Scenarios: []Scenario{
+			{Routers: 1, Strategies: []string{StrategyApprox, StrategyKVIndex}},
+			{Routers: 4, Strategies: []string{StrategyApprox, StrategyKVIndex}},
+			{Routers: 4, Restarts: true},
+		},
 		RestartEvery:        2000,
-		Speedup:             20,
+		Speedup:             24,
 		LoadWindow:          200,
 		LoadSlack:           1.5,
 		Parallel:            4,
@@ -102,8 +129,7 @@ func QuickConfig() Config {
 	c := DefaultConfig()
 	c.MaxRequests = 1500
 	c.Fractions = []float64{0.2}
-	c.Routers = []int{4}
-	c.Restarts = []bool{true}
+	c.Scenarios = []Scenario{{Routers: 4, Restarts: true}}
 	c.RestartEvery = 300
 	c.Speedup = 30
 	c.Parallel = 5
@@ -146,19 +172,21 @@ func (c Config) Validate() error {
 			bad("unknown strategy %q (known: %v)", s, Strategies)
 		}
 	}
-	if len(c.Routers) == 0 {
-		bad("no router count")
+	if len(c.Scenarios) == 0 {
+		bad("no router scenario")
 	}
-	for _, k := range c.Routers {
-		if k < 1 || k > 64 {
-			bad("router count %d is not in [1, 64]", k)
+	for _, sc := range c.Scenarios {
+		if sc.Routers < 1 || sc.Routers > 64 {
+			bad("router count %d is not in [1, 64]", sc.Routers)
 		}
-	}
-	if len(c.Restarts) == 0 {
-		bad("no restart setting")
-	}
-	if slices.Contains(c.Restarts, true) && c.RestartEvery < 1 {
-		bad("restarts need RestartEvery >= 1 (got %d)", c.RestartEvery)
+		if sc.Restarts && c.RestartEvery < 1 {
+			bad("restarts need RestartEvery >= 1 (got %d)", c.RestartEvery)
+		}
+		for _, s := range sc.Strategies {
+			if !slices.Contains(Strategies, s) || stateless(s) {
+				bad("scenario strategy %q is not a stateful strategy", s)
+			}
+		}
 	}
 	if !(c.Speedup > 0) {
 		bad("speedup %v is not positive", c.Speedup)

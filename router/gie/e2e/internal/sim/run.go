@@ -76,8 +76,8 @@ type Result struct {
 	Config Config
 	// Trace is the trace as loaded (its requests are not kept here).
 	Requests, Skipped, Clamped, UniqueBlocks, MaxBlocks int
-	FirstSkip                                       string
-	Runs                                            []RunResult
+	FirstSkip                                           string
+	Runs                                                []RunResult
 	// Lag are the event-lag probe's samples: produce -> visible in a
 	// Lookup; LagMisses counts probes not visible within 10 s.
 	Lag       []time.Duration
@@ -99,7 +99,7 @@ type Result struct {
 }
 
 // Grid returns the runs of c for a trace of uniqueBlocks unique blocks,
-// in order: by cache fraction, then strategy, routers and restarts. A
+// in order: by cache fraction, then strategy and scenario. A
 // stateless strategy (random, oracle) runs once per fraction, with one
 // router and no restarts: more instances or restarts change nothing in
 // it.
@@ -113,9 +113,9 @@ func (c Config) Grid(uniqueBlocks int) []RunSpec {
 				out = append(out, RunSpec{Strategy: s, Routers: 1, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu})
 				continue
 			}
-			for _, k := range c.Routers {
-				for _, rs := range c.Restarts {
-					out = append(out, RunSpec{Strategy: s, Routers: k, Restarts: rs, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu})
+			for _, sc := range c.Scenarios {
+				if sc.Strategies == nil || slices.Contains(sc.Strategies, s) {
+					out = append(out, RunSpec{Strategy: s, Routers: sc.Routers, Restarts: sc.Restarts, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu})
 				}
 			}
 		}
@@ -366,7 +366,7 @@ func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx 
 		allowed := lc.Allowed()
 		var pod, believed int
 		if rt != nil {
-			req := epptest.Completion(model, PromptText(r))
+			req := epptest.Request{Model: model, RawBody: completionBody(model, PromptText(r))}
 			if slices.Contains(allowed, false) {
 				for p, ok := range allowed {
 					if ok {
@@ -421,6 +421,20 @@ func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx 
 	}
 	res.Wall = time.Since(began)
 	return res, nil
+}
+
+// completionBody is the JSON body of a /v1/completions request of prompt
+// for model. Both are plain ASCII without quotes or backslashes (model
+// names are the simulator's, prompts PromptText's), so no escaping is
+// needed; building it directly spares encoding/json a 50 KB string per
+// request.
+func completionBody(model, prompt string) []byte {
+	b := make([]byte, 0, len(model)+len(prompt)+32)
+	b = append(b, `{"model":"`...)
+	b = append(b, model...)
+	b = append(b, `","prompt":"`...)
+	b = append(b, prompt...)
+	return append(b, `"}`...)
 }
 
 // publish produces a request's events from pod as one or more records

@@ -119,8 +119,8 @@ type Tokenizer struct {
 	// Calls counts the requests served.
 	Calls atomic.Int64
 	srv   *http.Server
-	lis  net.Listener
-	done chan error
+	lis   net.Listener
+	done  chan error
 }
 
 // StartTokenizer listens on a free loopback port and serves until Close.

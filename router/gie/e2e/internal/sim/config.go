@@ -102,7 +102,7 @@ func DefaultConfig() Config {
 		TracePath:  "testdata/mooncake/conversation_trace.jsonl",
 		ConfigDir:  "deploy/examples/gie",
 		Pods:       8,
-		Fractions:  []float64{0.05, 0.1, 0.2, 0.4},
+		Fractions:  []float64{0.05, 0.1, 0.2},
 		CPURatio:   1,
 		Strategies: slices.Clone(Strategies),
 		Scenarios: []Scenario{

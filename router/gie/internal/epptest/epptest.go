@@ -221,7 +221,7 @@ type Request struct {
 	// encoding (a caller that builds large bodies itself).
 	Body    any
 	RawBody []byte
-	Path string
+	Path    string
 	// Subset, when non-nil, is the Envoy subset hint
 	// (x-gateway-destination-endpoint-subset) of "address:port" strings:
 	// the candidate filter.

@@ -35,7 +35,7 @@ const (
 	FigFallbacks = "kvindex_fallbacks"
 )
 
-// Labels returns a run's labels: strategy, routers, restarts,
+// labels returns a run's labels: strategy, routers, restarts,
 // cache_fraction, speedup.
 func (c Config) labels(s RunSpec) map[string]string {
 	return map[string]string{

@@ -159,6 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := c.Validate(); err != nil {
 		return err
 	}
+	c.Progress = stderr
 	// GIE's plugins log through controller-runtime's logger; unset, it
 	// complains once with a stack trace.
 	crlog.SetLogger(logr.Discard())

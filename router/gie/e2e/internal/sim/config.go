@@ -2,6 +2,7 @@ package sim
 
 import (
 	"errors"
+	"io"
 	"fmt"
 	"slices"
 	"time"
@@ -68,6 +69,8 @@ type Config struct {
 	LagProbeEvery time.Duration
 	// Quick marks a quick run (a label in the report only).
 	Quick bool
+	// Progress, when set, receives one line per finished run.
+	Progress io.Writer
 }
 
 // Scenario is a router setup: K instances behind the load balancer,

@@ -221,6 +221,8 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	probeWG.Go(func() { lp.run(probeCtx, pub, kv, c.LagProbeEvery) })
 
 	results := make([]RunResult, len(grid))
+	var progressMu sync.Mutex
+	done := 0
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.Parallel)
 	for i, spec := range grid {
@@ -233,6 +235,13 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 					i, spec.Strategy, spec.Routers, spec.Restarts, spec.Fraction, err)
 			}
 			results[i] = r
+			if c.Progress != nil {
+				progressMu.Lock()
+				done++
+				fmt.Fprintf(c.Progress, "kvindex-sim: %d/%d done: %s at fraction %v: hit rate %.2f%% (%d requests, %d late, %v)\n",
+					done, len(grid), variant(spec), spec.Fraction, r.HitRate(), r.Requests, len(r.Late), r.Wall.Round(time.Second))
+				progressMu.Unlock()
+			}
 			return nil
 		})
 	}

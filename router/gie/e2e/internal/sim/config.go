@@ -2,8 +2,8 @@ package sim
 
 import (
 	"errors"
-	"io"
 	"fmt"
+	"io"
 	"slices"
 	"time"
 )

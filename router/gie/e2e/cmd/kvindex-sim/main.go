@@ -21,7 +21,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -57,7 +56,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	repo := fs.String("repo", "", "the kvindex repository (default: found from the working directory upward)")
 	trace := fs.String("trace", "", "the trace, relative to the repository unless absolute (default "+def.TracePath+")")
 	report := fs.String("report", "kvindex-sim-report", "directory for report.md and hit_rate.svg (empty: no report)")
-	speedup := fs.Float64("speedup", 0, "divide the trace's time by this (default 24, quick 30)")
+	speedup := fs.Float64("speedup", 0, "divide the trace's time by this (default 20, quick 30)")
 	fractions := fs.String("fractions", "", "cache fractions, comma-separated (default 0.05,0.1,0.2; quick 0.2)")
 	routers := fs.String("routers", "", "router instance counts, comma-separated; with --restarts, runs every combination for every strategy (default: approx and kvindex with 1 router, 4 routers, and 4 restarting routers; kvindex-tier with 4 restarting routers; quick: 4 restarting routers)")
 	restarts := fs.String("restarts", "", "restart settings, comma-separated booleans, crossed with --routers (default false,true when --routers is given)")
@@ -163,9 +162,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	// GIE's plugins log through controller-runtime's logger; unset, it
 	// complains once with a stack trace.
 	crlog.SetLogger(logr.Discard())
-	// The simulator allocates a 50 KB prompt per request; memory is
-	// cheaper than the collector's CPU on a 2-core machine.
-	defer debug.SetGCPercent(debug.SetGCPercent(400))
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {

@@ -99,7 +99,7 @@ func CrossScenarios(routers []int, restarts []bool) []Scenario {
 // pods with a CPU tier as large as their GPU cache, three cache fractions;
 // approx and kvindex with 1 router, 4 routers, and 4 routers restarting
 // every 2000 requests; kvindex-tier in that last setup (the goal
-// scenario); random and the oracle; at 24x, 4 runs at a time.
+// scenario); random and the oracle; at 20x, 4 runs at a time.
 func DefaultConfig() Config {
 	return Config{
 		TracePath:  "testdata/mooncake/conversation_trace.jsonl",
@@ -114,7 +114,7 @@ func DefaultConfig() Config {
 			{Routers: 4, Restarts: true},
 		},
 		RestartEvery:        2000,
-		Speedup:             24,
+		Speedup:             20,
 		LoadWindow:          200,
 		LoadSlack:           1.5,
 		Parallel:            4,

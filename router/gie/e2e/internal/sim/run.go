@@ -163,6 +163,10 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	defer stopStack()
 	st, err := stack.Start(stackCtx, stack.Config{DataDir: dir, EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0",
 		GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", UnsafeNoFsync: true,
+		// The in-process broker holds its log in memory, and a run
+		// produces about half a GB of token ids: keep a minute of it (the
+		// ingester is seconds behind at worst). etcd's history likewise.
+		KafkaRetention: simRetention, CompactionRetention: simRetention,
 		Indexd: func(ic *indexd.Config) { ic.MaxTokens = maxTokens }})
 	if err != nil {
 		return nil, fmt.Errorf("sim: starting the stack: %w", err)
@@ -320,6 +324,10 @@ func producerTotals(m *gie.Metrics) (lookups, fallbacks, speculative float64, er
 	}
 	return lookups, fallbacks, speculative, nil
 }
+
+// simRetention is how long the simulator's stack keeps Kafka records and
+// etcd revisions.
+const simRetention = time.Minute
 
 // maxRecordBlocks bounds the stored blocks of one Kafka record (a
 // 512-token block is about 2 KiB of msgpack token ids).

@@ -156,7 +156,11 @@ func variant(s RunSpec) string {
 func (r *Result) WriteMarkdown(w io.Writer, plotName string) error {
 	c := r.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "# kvindex-sim report\n\n")
+	if c.Quick {
+		fmt.Fprintf(&b, "# kvindex-sim report (quick run)\n\n")
+	} else {
+		fmt.Fprintf(&b, "# kvindex-sim report\n\n")
+	}
 	if plotName != "" {
 		fmt.Fprintf(&b, "![hit rate against cache size](%s)\n\n", plotName)
 	}

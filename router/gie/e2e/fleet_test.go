@@ -12,13 +12,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/router/gie"
+	"github.com/kvindex/kvindex/router/gie/e2e/internal/kvevents"
 	"github.com/kvindex/kvindex/router/gie/internal/epptest"
 )
 
@@ -37,11 +37,10 @@ func podID(i int) string { return pods[i].IP + ":8000" }
 // produces vLLM KV event batches to Kafka exactly as kvindex bridge does
 // (key = pod, headers model, seq, dp_rank, value = the engine's payload).
 type fleet struct {
-	t    testing.TB
-	st   *stack.Stack
-	prod *kgo.Client
-	kv   *client.Client
-	seq  map[string]uint64
+	t   testing.TB
+	st  *stack.Stack
+	pub *kvevents.Publisher
+	kv  *client.Client
 }
 
 func startFleet(t testing.TB, st *stack.Stack) *fleet {
@@ -49,18 +48,17 @@ func startFleet(t testing.TB, st *stack.Stack) *fleet {
 	if st == nil {
 		st = stacktest.Start(t)
 	}
-	prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()), kgo.ProducerLinger(0),
-		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)))
+	pub, err := kvevents.New([]string{st.KafkaAddr()}, st.Topic())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(prod.Close)
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
 	kv, err := client.New(st.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kv.Close() })
-	return &fleet{t: t, st: st, prod: prod, kv: kv, seq: map[string]uint64{}}
+	return &fleet{t: t, st: st, pub: pub, kv: kv}
 }
 
 // engineHash is one engine's block hash: seeded by the pod, so engines
@@ -106,21 +104,10 @@ func (f *fleet) store(pod string, rank uint32, p client.TokenPrompt, n int, medi
 	if extras {
 		ev.HasExtraKeys, ev.ExtraKeysLen = true, n
 	}
-	payload, err := events.Encode(events.Batch{TS: float64(time.Now().UnixNano()) / 1e9, Rank: rank, HasRank: true, Events: []events.Event{ev}}, events.EncodingMap)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	key := pod + "/" + strconv.Itoa(int(rank))
-	f.seq[key]++
-	rec := &kgo.Record{Topic: f.st.Topic(), Key: []byte(pod), Value: payload, Headers: []kgo.RecordHeader{
-		{Key: "model", Value: []byte(model)},
-		{Key: "seq", Value: []byte(strconv.FormatUint(f.seq[key], 10))},
-		{Key: "dp_rank", Value: []byte(strconv.Itoa(int(rank)))},
-	}}
 	ctx, cancel := context.WithTimeout(f.t.Context(), 10*time.Second)
 	defer cancel()
-	if err := f.prod.ProduceSync(ctx, rec).FirstErr(); err != nil {
-		f.t.Fatalf("producing: %v", err)
+	if err := f.pub.Publish(ctx, model, pod, rank, []events.Event{ev}); err != nil {
+		f.t.Fatal(err)
 	}
 }
 

@@ -69,6 +69,7 @@ func RegisterInTree() {
 		fwkplugin.Register(prefix.PrefixCacheScorerPluginType, prefix.PrefixCachePluginFactory)
 		fwkplugin.Register(approx.ApproxPrefixCachePluginType, approx.ApproxPrefixCacheFactory)
 		fwkplugin.Register(picker.MaxScorePickerType, picker.MaxScorePickerFactory)
+		fwkplugin.Register(picker.RandomPickerType, picker.RandomPickerFactory)
 		fwkplugin.Register(profile.SingleProfileHandlerType, profile.SingleProfileHandlerFactory)
 		fwkplugin.Register(openai.OpenAIParserType, openai.OpenAIParserPluginFactory)
 		fwkplugin.Register(utilization.UtilizationDetectorType, utilization.UtilizationDetectorFactory)
@@ -122,6 +123,7 @@ type EPP struct {
 	// Order is the PrepareData plugins' order ("type/name").
 	Order []string
 	ds    datastore.Datastore
+	src   *mocks.MetricsDataSource
 	seq   int
 	mu    sync.Mutex
 }
@@ -131,12 +133,22 @@ type EPP struct {
 // The plugins live until t ends.
 func Start(t testing.TB, raw []byte, pods []Pod, targetPorts []int) *EPP {
 	t.Helper()
-	ctx := t.Context()
+	e, err := New(t.Context(), raw, pods, targetPorts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// New is Start outside a test: the plugins and the datastore's
+// goroutines live until ctx ends, which is how the caller stops them.
+func New(ctx context.Context, raw []byte, pods []Pod, targetPorts []int) (*EPP, error) {
 	// As datalayer.NewTestRuntime, with the logs discarded (it needs a
 	// *testing.T; benchmarks have none).
 	rt := datalayer.NewRuntime(time.Second)
-	if err := rt.Configure(&datalayer.Config{Sources: []datalayer.DataSourceConfig{{Plugin: &mocks.MetricsDataSource{}}}}, false, "", logr.Discard()); err != nil {
-		t.Fatalf("configuring the data layer: %v", err)
+	src := &mocks.MetricsDataSource{}
+	if err := rt.Configure(&datalayer.Config{Sources: []datalayer.DataSourceConfig{{Plugin: src}}}, false, "", logr.Discard()); err != nil {
+		return nil, fmt.Errorf("configuring the data layer: %w", err)
 	}
 	var epf datalayer.EndpointFactory = rt
 	ds := datastore.NewDatastore(ctx, epf, 0)
@@ -149,11 +161,11 @@ func Start(t testing.TB, raw []byte, pods []Pod, targetPorts []int) *EPP {
 	}
 	cfg, handle, rc, order, err := Load(ctx, raw, podList)
 	if err != nil {
-		t.Fatalf("loading the EPP config: %v", err)
+		return nil, fmt.Errorf("loading the EPP config: %w", err)
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	ports := make([]v1.Port, len(targetPorts))
 	for i, p := range targetPorts {
@@ -167,7 +179,7 @@ func Start(t testing.TB, raw []byte, pods []Pod, targetPorts []int) *EPP {
 		},
 	}
 	if err := ds.PoolSet(ctx, fake.NewClientBuilder().WithScheme(scheme).Build(), poolutil.InferencePoolToEndpointPool(pool)); err != nil {
-		t.Fatalf("setting the pool: %v", err)
+		return nil, fmt.Errorf("setting the pool: %w", err)
 	}
 	for _, p := range pods {
 		ds.PodUpdateOrAddIfNotExist(ctx, &corev1.Pod{
@@ -183,16 +195,33 @@ func Start(t testing.TB, raw []byte, pods []Pod, targetPorts []int) *EPP {
 	admission := requestcontrol.NewLegacyAdmissionController(cfg.SaturationDetector, candidates)
 	director := requestcontrol.NewDirectorWithConfig(ds, scheduling.NewSchedulerWithConfig(cfg.SchedulerConfig),
 		admission, handlers.NewParser(cfg.ParserConfig), candidates, rc)
-	return &EPP{Director: director, Handle: handle, Config: cfg, Order: order, ds: ds}
+	return &EPP{Director: director, Handle: handle, Config: cfg, Order: order, ds: ds, src: src}, nil
+}
+
+// SetMetrics makes every endpoint report m (a copy each), as a model
+// server's metrics endpoint would: at once, and on every later poll of
+// the data layer. Plugins read it from the endpoint (for example GIE's
+// approximate producer sizes its ledger from CacheBlockSize and
+// CacheNumBlocks when autoTune is on).
+func (e *EPP) SetMetrics(m *fwkdl.Metrics) {
+	all := map[types.NamespacedName]*fwkdl.Metrics{}
+	for _, ep := range e.ds.PodList(datastore.AllPodsPredicate) {
+		nn := ep.GetMetadata().NamespacedName
+		all[nn] = m.Clone()
+		ep.UpdateMetrics(m.Clone())
+	}
+	e.src.SetMetrics(all)
 }
 
 // Request is one request through the director.
 type Request struct {
 	Model string
 	// Body is the JSON body; Path is ":path" ("/v1/completions" when
-	// empty).
-	Body any
-	Path string
+	// empty). RawBody, when set, is sent as the body instead of Body's
+	// encoding (a caller that builds large bodies itself).
+	Body    any
+	RawBody []byte
+	Path    string
 	// Subset, when non-nil, is the Envoy subset hint
 	// (x-gateway-destination-endpoint-subset) of "address:port" strings:
 	// the candidate filter.
@@ -211,9 +240,12 @@ func (e *EPP) Send(ctx context.Context, r Request) (string, *handlers.RequestCon
 	e.seq++
 	id := "req-" + strconv.Itoa(e.seq)
 	e.mu.Unlock()
-	body, err := json.Marshal(r.Body)
-	if err != nil {
-		return "", nil, err
+	body := r.RawBody
+	if body == nil {
+		var err error
+		if body, err = json.Marshal(r.Body); err != nil {
+			return "", nil, err
+		}
 	}
 	path := r.Path
 	if path == "" {

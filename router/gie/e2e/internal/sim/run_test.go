@@ -1,0 +1,171 @@
+package sim
+
+import (
+	"bytes"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestHitRate(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		tokens, g, c int64
+		want         float64
+	}{
+		{"nothing", 0, 0, 0, 0},
+		{"all GPU", 1000, 1000, 0, 100},
+		{"CPU hits at 0.8", 1000, 0, 500, 40},
+		{"mixed", 2048, 512, 512, 100 * (512 + 0.8*512) / 2048},
+	} {
+		got := RunResult{PromptTokens: tc.tokens, GPUHitTokens: tc.g, CPUHitTokens: tc.c}.HitRate()
+		if math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestSpreadAndQuantile(t *testing.T) {
+	if got := spread([]int{10, 10, 10, 10}); got != 1 {
+		t.Errorf("even spread = %v", got)
+	}
+	if got := spread([]int{40, 0, 0, 0}); got != 4 {
+		t.Errorf("one pod = %v", got)
+	}
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	if q := quantile(ds, 0.5); q != 3 {
+		t.Errorf("median = %v", q)
+	}
+	if q := quantile(ds, 1); q != 5 {
+		t.Errorf("max = %v", q)
+	}
+	if ds[0] != 5 {
+		t.Error("quantile sorted its argument")
+	}
+}
+
+func TestGrid(t *testing.T) {
+	c := DefaultConfig()
+	c.Fractions = []float64{0.1, 0.5}
+	c.Pods = 4
+	c.CPURatio = 2
+	grid := c.Grid(1000)
+	count := map[string]int{}
+	for _, s := range grid {
+		count[s.Strategy]++
+		if s.Fraction == 0.1 && (s.GPUBlocks != 25 || s.CPUBlocks != 50) {
+			t.Errorf("fraction 0.1 of 1000 blocks / 4 pods: %d GPU, %d CPU blocks; want 25, 50", s.GPUBlocks, s.CPUBlocks)
+		}
+		if stateless(s.Strategy) && (s.Routers != 1 || s.Restarts) {
+			t.Errorf("%s runs with %d routers, restarts %v", s.Strategy, s.Routers, s.Restarts)
+		}
+	}
+	want := map[string]int{StrategyRandom: 2, StrategyOracle: 2, StrategyApprox: 6, StrategyKVIndex: 6, StrategyKVIndexTier: 2}
+	if diff := cmp.Diff(want, count); diff != "" {
+		t.Errorf("runs per strategy (-want +got):\n%s", diff)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("default: %v", err)
+	}
+	if err := QuickConfig().Validate(); err != nil {
+		t.Errorf("quick: %v", err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"no trace":           func(c *Config) { c.TracePath = "" },
+		"zero pods":          func(c *Config) { c.Pods = 0 },
+		"bad fraction":       func(c *Config) { c.Fractions = []float64{0} },
+		"unknown strategy":   func(c *Config) { c.Strategies = []string{"magic"} },
+		"no scenario":        func(c *Config) { c.Scenarios = nil },
+		"zero routers":       func(c *Config) { c.Scenarios = []Scenario{{Routers: 0}} },
+		"restart every 0":    func(c *Config) { c.RestartEvery = 0 },
+		"stateless scenario": func(c *Config) { c.Scenarios = []Scenario{{Routers: 1, Strategies: []string{StrategyOracle}}} },
+		"zero speedup":       func(c *Config) { c.Speedup = 0 },
+		"slack below 1":      func(c *Config) { c.LoadSlack = 0.5 },
+		"no parallelism":     func(c *Config) { c.Parallel = 0 },
+		"no prefill rate":    func(c *Config) { c.PrefillTokensPerSec = 0 },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// fakeResult is a Result of two fractions with every strategy.
+func fakeResult() *Result {
+	c := DefaultConfig()
+	r := &Result{Config: c, Lag: []time.Duration{time.Millisecond, 3 * time.Millisecond}, Lookups: 10, Fallbacks: 1}
+	for _, s := range c.Grid(80000) {
+		hit := int64(100 * s.Fraction)
+		if s.Strategy == StrategyOracle {
+			hit += 10
+		}
+		r.Runs = append(r.Runs, RunResult{Spec: s, Requests: 10, Ghosts: 1, PromptTokens: 100, GPUHitTokens: hit,
+			TTFT: []time.Duration{time.Second, 2 * time.Second}, PerPod: []int{6, 4, 0, 0, 0, 0, 0, 0}})
+	}
+	return r
+}
+
+func TestFigures(t *testing.T) {
+	r := fakeResult()
+	names := map[string]int{}
+	for _, f := range r.Figures() {
+		names[f.Name]++
+		if f.Name == FigHitRate || f.Name == FigGhosts {
+			for _, k := range []string{"strategy", "routers", "restarts", "cache_fraction", "speedup"} {
+				if _, ok := f.Labels[k]; !ok {
+					t.Errorf("%s %v: no %s label", f.Name, f.Labels, k)
+				}
+			}
+		}
+		if f.Name == FigOracleGap && f.Labels["strategy"] == StrategyKVIndex && f.Labels["routers"] == "4" && f.Labels["restarts"] == "true" {
+			if f.Goal == nil || !f.Goal.AtMost || f.Goal.Target != 1 {
+				t.Errorf("the goal scenario's gap has goal %+v, want at most 1 point", f.Goal)
+			}
+			if f.Value != 10 {
+				t.Errorf("gap = %v, want the oracle's 10 points", f.Value)
+			}
+		}
+	}
+	runs := len(r.Runs)
+	nonOracle := runs - len(r.Config.Fractions)
+	want := map[string]int{FigHitRate: runs, FigOracleGap: nonOracle, FigGhosts: runs, FigTTFTP50: runs, FigTTFTP99: runs, FigSpread: runs,
+		FigLagP50: 1, FigLagP99: 1, FigLagMax: 1, FigLate: 1, FigFallbacks: 1}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("figures (-want +got):\n%s", diff)
+	}
+}
+
+func TestReport(t *testing.T) {
+	r := fakeResult()
+	var b bytes.Buffer
+	if err := r.WriteMarkdown(&b, "hit_rate.svg"); err != nil {
+		t.Fatal(err)
+	}
+	md := b.String()
+	for _, want := range []string{"![hit rate against cache size](hit_rate.svg)", "| strategy | 0.05 | 0.1 | 0.2 |", "| kvindex, 4 routers, restarts | 5.0 | 10.0 | 20.0 |", "| oracle | 15.0 | 20.0 | 30.0 |", "TTFT cost model"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report lacks %q:\n%s", want, md)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "hit_rate.svg")
+	if err := r.WritePlot(path); err != nil {
+		t.Fatal(err)
+	}
+	svg, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("kvindex-tier")) {
+		t.Errorf("the plot is not an SVG with the strategies' legend (%d bytes)", len(svg))
+	}
+}

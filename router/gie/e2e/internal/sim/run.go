@@ -60,6 +60,20 @@ type RunResult struct {
 	Late []time.Duration
 	// Wall is the run's wall time.
 	Wall time.Duration
+	// Span is the trace time of the run's last request; Issued the wall
+	// time from the run's start until that request was routed.
+	Span, Issued time.Duration
+}
+
+// EffectiveSpeedup is the speedup the run really kept: its trace span
+// over the wall time it took to issue it. It equals Config.Speedup when
+// the simulator kept up with the schedule and is lower when it fell
+// behind (see Late); 0 for a run without requests.
+func (r RunResult) EffectiveSpeedup() float64 {
+	if r.Issued <= 0 {
+		return 0
+	}
+	return float64(r.Span) / float64(r.Issued)
 }
 
 // HitRate returns the token-weighted hit rate in percent: GPU hit tokens
@@ -422,6 +436,7 @@ func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx 
 		res.PromptTokens += int64(tokens)
 		res.GPUHitTokens += int64(gpuTok)
 		res.CPUHitTokens += int64(cpuTok)
+		res.Span, res.Issued = r.At, time.Since(start)
 		svc := c.PrefillOverhead + time.Duration((float64(tokens-gpuTok-cpuTok)+(1-CPUHitWeight)*float64(cpuTok))/c.PrefillTokensPerSec*float64(time.Second))
 		at := max(r.At, busy[pod])
 		busy[pod] = at + svc

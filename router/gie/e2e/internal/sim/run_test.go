@@ -115,13 +115,30 @@ func fakeResult() *Result {
 	return r
 }
 
+// A run that kept its schedule reports the speedup it was given; one that
+// fell behind, the lower one it kept.
+func TestEffectiveSpeedup(t *testing.T) {
+	for _, tt := range []struct {
+		span, issued time.Duration
+		want         float64
+	}{
+		{span: 20 * time.Minute, issued: time.Minute, want: 20},
+		{span: 20 * time.Minute, issued: 2 * time.Minute, want: 10},
+		{span: time.Minute, issued: 0, want: 0},
+	} {
+		if got := (RunResult{Span: tt.span, Issued: tt.issued}).EffectiveSpeedup(); got != tt.want {
+			t.Errorf("span %v issued in %v: effective speedup %v, want %v", tt.span, tt.issued, got, tt.want)
+		}
+	}
+}
+
 func TestFigures(t *testing.T) {
 	r := fakeResult()
 	names := map[string]int{}
 	for _, f := range r.Figures() {
 		names[f.Name]++
 		if f.Name == FigHitRate || f.Name == FigGhosts {
-			for _, k := range []string{"strategy", "routers", "restarts", "cache_fraction", "speedup"} {
+			for _, k := range []string{"strategy", "routers", "restarts", "cache_fraction", "speedup", "effective_speedup"} {
 				if _, ok := f.Labels[k]; !ok {
 					t.Errorf("%s %v: no %s label", f.Name, f.Labels, k)
 				}

@@ -51,10 +51,10 @@ type soakSample struct {
 // What bounds each, and is set here so that the warm-up covers its cycle:
 // auto-compaction bounds the database (CompactionRetention 2 s); the
 // topic's retention the in-memory Kafka log (KafkaRetention 5 s); etcd's
-// snapshots its in-memory raft log, which grows by --snapshot-count
+// snapshots bound its in-memory raft log, which grows by --snapshot-count
 // entries between two cuts (10,000 by default, far longer than 40 s at
 // this load: an earlier version of this test saw that growth as a leak;
-// here 1,000). The producer stays at most soakLagRecords ahead of the
+// here 1,000). The producer stays at most soakLagCalls produce calls ahead of the
 // ingester's stored offsets, so the load is what the pipeline sustains
 // on the machine at hand and records never age out of the log unread.
 func TestSoakBounded(t *testing.T) {

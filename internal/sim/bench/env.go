@@ -87,8 +87,8 @@ type etcdNode struct {
 type etcdOptions struct {
 	// quota is --quota-backend-bytes; 0 means etcdembed's default (8 GiB).
 	quota int64
-	// noFsync turns fsync off (Setup.NoFsync; the read-path benchmarks,
-	// whose figures fsync does not bear on, seed their etcd with it off).
+	// noFsync turns fsync off (Setup.NoFsync). The zero value keeps it
+	// on, as the read-path benchmarks (lookup, coldstart) run it too.
 	noFsync bool
 }
 

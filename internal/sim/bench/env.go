@@ -248,9 +248,11 @@ type ingesterOptions struct {
 	maxTxnOps  int
 	windowOps  int
 	inFlight   int
-	hashMode   keyspace.HashMode
-	beforeTxn  func(context.Context, ingester.TxnInfo) error
-	log        *slog.Logger
+	// bulkOps is the ingester's MaxBlockOpsInFlight (0: its default).
+	bulkOps   int
+	hashMode  keyspace.HashMode
+	beforeTxn func(context.Context, ingester.TxnInfo) error
+	log       *slog.Logger
 }
 
 // startIngester starts an ingester in a consumer group of its own (every
@@ -276,6 +278,9 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	}
 	if o.inFlight > 0 {
 		cfg.MaxTxnsInFlight = o.inFlight
+	}
+	if o.bulkOps != 0 {
+		cfg.MaxBlockOpsInFlight = o.bulkOps
 	}
 	cfg.BeforeTxn = o.beforeTxn
 	cfg.Logger = o.log.With("component", "ingester")

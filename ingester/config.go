@@ -19,24 +19,23 @@ import (
 
 // Defaults of Config (DESIGN "Writes").
 const (
-	DefaultTopic               = contract.DefaultTopic
-	DefaultGroup               = contract.DefaultGroup
-	DefaultMaxTxnOps           = 128
-	DefaultMaxTxnBytes         = 1 << 20
-	DefaultWindowRecords       = 1024
-	DefaultWindowOps           = 4096
-	DefaultMaxTxnsInFlight     = 4
-	DefaultMaxBlockOpsInFlight = 1024
-	DefaultQueueBytes          = 16 << 20
-	DefaultLeaseTTL            = 120 * time.Second
-	DefaultLivenessWindow      = 30 * time.Second
-	DefaultOutageThreshold     = 15 * time.Second
-	DefaultKeysPerLease        = 10_000
-	DefaultDropPageSize        = 10_000
-	DefaultSessionTimeout      = 10 * time.Second
-	DefaultRebalanceTimeout    = 30 * time.Second
-	DefaultMaxMapEntries       = 4_000_000
-	DefaultMapRebuildPage      = 4 << 20
+	DefaultTopic            = contract.DefaultTopic
+	DefaultGroup            = contract.DefaultGroup
+	DefaultMaxTxnOps        = 128
+	DefaultMaxTxnBytes      = 1 << 20
+	DefaultWindowRecords    = 1024
+	DefaultWindowOps        = 4096
+	DefaultMaxTxnsInFlight  = 4
+	DefaultQueueBytes       = 16 << 20
+	DefaultLeaseTTL         = 120 * time.Second
+	DefaultLivenessWindow   = 30 * time.Second
+	DefaultOutageThreshold  = 15 * time.Second
+	DefaultKeysPerLease     = 10_000
+	DefaultDropPageSize     = 10_000
+	DefaultSessionTimeout   = 10 * time.Second
+	DefaultRebalanceTimeout = 30 * time.Second
+	DefaultMaxMapEntries    = 4_000_000
+	DefaultMapRebuildPage   = 4 << 20
 )
 
 // etcdMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB); a
@@ -82,16 +81,6 @@ type Config struct {
 	// 1 sends one at a time, building the next meanwhile. Default
 	// DefaultMaxTxnsInFlight; at least 1.
 	MaxTxnsInFlight int
-	// MaxBlockOpsInFlight bounds the operations of the block transactions
-	// in flight across all of the member's partitions; a partition whose
-	// next block transaction would pass it waits (counted in
-	// kvindex_ingester_block_txn_wait_seconds). Commit transactions (the
-	// records and the offset, with any block ops folded in) are not
-	// counted and never wait: etcd applies writes in one queue, so this
-	// bounds how much of other partitions' bulk a partition's offset write
-	// queues behind (docs/semantics.md, "Bulk budget"). Default
-	// DefaultMaxBlockOpsInFlight; at least MaxTxnOps; negative: no bound.
-	MaxBlockOpsInFlight int
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
 	// queued for one partition's worker. Beyond it the consume loop pauses
 	// fetching that partition and holds what it already fetched for it
@@ -252,7 +241,6 @@ func DefaultConfig() Config {
 		WindowRecords:       DefaultWindowRecords,
 		WindowOps:           DefaultWindowOps,
 		MaxTxnsInFlight:     DefaultMaxTxnsInFlight,
-		MaxBlockOpsInFlight: DefaultMaxBlockOpsInFlight,
 		QueueBytes:          DefaultQueueBytes,
 		LeaseTTL:            DefaultLeaseTTL,
 		LivenessWindow:      DefaultLivenessWindow,
@@ -288,8 +276,6 @@ func (c *Config) Validate() error {
 		return bad("WindowOps %d: want at least 1", c.WindowOps)
 	case c.MaxTxnsInFlight < 1:
 		return bad("MaxTxnsInFlight %d: want at least 1", c.MaxTxnsInFlight)
-	case c.MaxBlockOpsInFlight >= 0 && c.MaxBlockOpsInFlight < c.MaxTxnOps:
-		return bad("MaxBlockOpsInFlight %d: want at least MaxTxnOps %d (negative: no bound)", c.MaxBlockOpsInFlight, c.MaxTxnOps)
 	case c.QueueBytes < 64<<10:
 		return bad("QueueBytes %d: want at least 64 KiB", c.QueueBytes)
 	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:

@@ -46,9 +46,6 @@ type Ingester struct {
 	m      *metrics
 	kv     pb.KVClient
 	leases *leaseManager
-	// bulk is the member-wide budget of block ops in flight
-	// (MaxBlockOpsInFlight), shared by every worker; nil when unbounded.
-	bulk *semaphore.Weighted
 
 	// runCtx is Run's context (canceled with the cause of a fatal error);
 	// workers derive theirs from it.
@@ -108,17 +105,12 @@ func New(cfg Config) (*Ingester, error) {
 		return nil, err
 	}
 	log := cfg.Logger.With("component", "ingester", "topic", cfg.Topic, "group", cfg.Group)
-	var bulk *semaphore.Weighted
-	if cfg.MaxBlockOpsInFlight > 0 {
-		bulk = semaphore.NewWeighted(int64(cfg.MaxBlockOpsInFlight))
-	}
 	return &Ingester{
 		cfg:    cfg,
 		log:    log,
 		m:      m,
 		kv:     clientv3.RetryKVClient(cfg.Etcd),
 		leases: newLeaseManager(&cfg, log, m),
-		bulk:   bulk,
 		parts:  make(map[int32]*partition),
 		// assigned has room for one wake-up of the registration loop.
 		assigned: make(chan struct{}, 1),

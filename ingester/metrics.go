@@ -18,7 +18,6 @@ type metrics struct {
 	txnOps         prometheus.Histogram
 	txnSeconds     prometheus.Histogram
 	txnRetries     prometheus.Counter
-	bulkWait       prometheus.Histogram
 	guardFailures  prometheus.Counter
 	leases         prometheus.Gauge
 	leaseGrants    prometheus.Counter
@@ -58,9 +57,6 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_seconds",
 			Help:    "Latency of write transactions.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
-		bulkWait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "block_txn_wait_seconds",
-			Help:    "Time a block transaction waited for room under --max-block-ops-in-flight (the member-wide bulk budget); only waits are observed.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		txnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txn_retries_total",
 			Help: "Write transactions retried after an etcd error."}),
 		guardFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "guard_failures_total",
@@ -97,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "etcd calls that failed with an error no retry fixes (the ingester stops with it), by operation."}, []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
-		m.txnOps, m.txnSeconds, m.bulkWait, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
+		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
 		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
 		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
 		if err := reg.Register(c); err != nil {

@@ -8,7 +8,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sync/semaphore"
 
 	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -37,8 +36,6 @@ type worker struct {
 	m      *metrics
 	kv     pb.KVClient
 	leases *leaseManager
-	// bulk is the member's budget of block ops in flight (nil: none).
-	bulk *semaphore.Weighted
 
 	// ap applies records into win; eps is ap's endpoint map (the
 	// partition's endpoints), shared with it.

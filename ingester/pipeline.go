@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"slices"
-	"time"
 )
 
 // flight is one block transaction of the open window, sent without waiting
@@ -49,42 +48,14 @@ func (w *worker) launch(ctx context.Context, ops []pendingOp, from, to int) (rep
 	if err := w.beforeTxn(ctx, b, TxnBlocks); err != nil {
 		return false, w.abandon(err)
 	}
-	n, err := w.reserve(ctx, b.n())
-	if err != nil {
-		return false, w.abandon(err)
-	}
 	f := &flight{b: b, from: from, to: to, done: make(chan struct{})}
 	w.flights = append(w.flights, f)
 	w.b = nil
 	go func() {
 		defer close(f.done)
 		f.err = w.exec(ctx, b, TxnBlocks)
-		if n > 0 {
-			w.bulk.Release(n)
-		}
 	}()
 	return false, nil
-}
-
-// reserve takes room for a block transaction of ops operations from the
-// member's bulk budget (MaxBlockOpsInFlight), waiting while other
-// partitions' block transactions hold it, and returns what it took (0 when
-// the budget is unbounded); the flight gives it back once etcd answered.
-// Only ctx ends the wait: every holder is a flight that ends on its own.
-func (w *worker) reserve(ctx context.Context, ops int) (int64, error) {
-	if w.bulk == nil {
-		return 0, nil
-	}
-	n := int64(min(ops, w.cfg.MaxBlockOpsInFlight))
-	if w.bulk.TryAcquire(n) {
-		return n, nil
-	}
-	start := time.Now()
-	if err := w.bulk.Acquire(ctx, n); err != nil {
-		return 0, err
-	}
-	w.m.bulkWait.Observe(time.Since(start).Seconds())
-	return n, nil
 }
 
 // landOldest waits for the oldest flight and records its outcome: a

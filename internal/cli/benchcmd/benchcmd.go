@@ -189,7 +189,6 @@ func newFleetCommand() *cobra.Command {
 		windowOps    int
 		maxTxnOps    int
 		txnsInFlight int
-		bulkOps      int
 		setup        setupFlags
 	)
 	cmd := &cobra.Command{
@@ -232,7 +231,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
-				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, MaxBlockOpsInFlight: bulkOps, Setup: bs, Logger: log}
+				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -289,7 +288,6 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops (deploy/ runs 1024; the embedded etcd takes up to 1024)")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
-	fs.IntVar(&bulkOps, "max-block-ops-in-flight", ingester.DefaultMaxBlockOpsInFlight, "the ingester's --max-block-ops-in-flight, its member-wide budget of block ops in flight (negative: unbounded; the reference writers have none)")
 	setup.register(fs)
 	return cmd
 }
@@ -330,7 +328,6 @@ func newIngestCommand() *cobra.Command {
 		maxTxnOps    int
 		windowOps    int
 		txnsInFlight int
-		bulkOps      int
 		rounds       int
 		setup        setupFlags
 	)
@@ -365,7 +362,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 			if err != nil {
 				return err
 			}
-			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, MaxTxnsInFlight: txnsInFlight, MaxBlockOpsInFlight: bulkOps, Rounds: rounds, Setup: bs, Logger: log})
+			res, err := bench.RunIngest(cmd.Context(), bench.IngestConfig{Stream: st, Partitions: partitions, MaxTxnOps: maxTxnOps, WindowOps: windowOps, MaxTxnsInFlight: txnsInFlight, Rounds: rounds, Setup: bs, Logger: log})
 			if perr := stop(); err == nil {
 				err = perr
 			}
@@ -389,7 +386,6 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
-	fs.IntVar(&bulkOps, "max-block-ops-in-flight", ingester.DefaultMaxBlockOpsInFlight, "the ingester's --max-block-ops-in-flight, its member-wide budget of block ops in flight (negative: unbounded; the reference writers have none)")
 	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
 	setup.register(fs)
 	return cmd

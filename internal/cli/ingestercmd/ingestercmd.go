@@ -71,7 +71,6 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")
 	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before fetching that partition pauses")
 	fs.IntVar(&c.MaxTxnsInFlight, "max-txns-in-flight", c.MaxTxnsInFlight, "most block transactions of one partition's window sent without waiting for each other")
-	fs.IntVar(&c.MaxBlockOpsInFlight, "max-block-ops-in-flight", c.MaxBlockOpsInFlight, "most operations of block transactions in flight across all of this member's partitions (commit transactions do not count; negative: no bound)")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most block keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.DropPageSize, "drop-page-size", c.DropPageSize, "most keys one guarded range delete removes")
 	fs.StringArrayVar(&f.mediums, "medium", nil, "NAME=gpu|cpu|disk|none: map the engine medium NAME (matched case-insensitively) to a tier, or with none take it out of the default table; repeatable. Changing the table drops each endpoint written under the old one at its next record")

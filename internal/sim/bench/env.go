@@ -248,11 +248,9 @@ type ingesterOptions struct {
 	maxTxnOps  int
 	windowOps  int
 	inFlight   int
-	// bulkOps is the ingester's MaxBlockOpsInFlight (0: its default).
-	bulkOps   int
-	hashMode  keyspace.HashMode
-	beforeTxn func(context.Context, ingester.TxnInfo) error
-	log       *slog.Logger
+	hashMode   keyspace.HashMode
+	beforeTxn  func(context.Context, ingester.TxnInfo) error
+	log        *slog.Logger
 }
 
 // startIngester starts an ingester in a consumer group of its own (every
@@ -278,9 +276,6 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	}
 	if o.inFlight > 0 {
 		cfg.MaxTxnsInFlight = o.inFlight
-	}
-	if o.bulkOps != 0 {
-		cfg.MaxBlockOpsInFlight = o.bulkOps
 	}
 	cfg.BeforeTxn = o.beforeTxn
 	cfg.Logger = o.log.With("component", "ingester")

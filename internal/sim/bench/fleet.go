@@ -56,10 +56,6 @@ type FleetConfig struct {
 	// transactions each reference writer keeps in flight. Default the
 	// ingester's.
 	MaxTxnsInFlight int
-	// MaxBlockOpsInFlight is the ingesters' Config.MaxBlockOpsInFlight, the
-	// member-wide budget of block ops in flight (negative: unbounded). The
-	// reference writers have no such budget. Default the ingester's.
-	MaxBlockOpsInFlight int
 	// Profile, when set, receives a CPU profile (pprof) of the paced run.
 	Profile io.Writer
 	// Setup is how etcd and the ingester run (fsync, hash mode), in the
@@ -231,7 +227,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, res *FleetResult) error 
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, bulkOps: cfg.MaxBlockOpsInFlight,
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
 		hashMode: cfg.Setup.hashMode(), log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
@@ -290,7 +286,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, res *FleetResult) (err error
 	}
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, bulkOps: cfg.MaxBlockOpsInFlight, log: log,
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
 		hashMode: cfg.Setup.hashMode(), beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			if info.Offset >= 0 {
 				at := time.Now()

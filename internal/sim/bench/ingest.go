@@ -31,10 +31,6 @@ type IngestConfig struct {
 	// transactions each reference writer keeps in flight. Default the
 	// ingester's.
 	MaxTxnsInFlight int
-	// MaxBlockOpsInFlight is the ingester's Config.MaxBlockOpsInFlight, the
-	// member-wide budget of block ops in flight (negative: unbounded). The
-	// reference writers have no such budget. Default the ingester's.
-	MaxBlockOpsInFlight int
 	// Rounds is how many times the reference and the timed ingest run,
 	// alternating which goes first. Default 1.
 	Rounds int
@@ -179,7 +175,7 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 
 // options are the ingesters' shape (each run adds its etcd client).
 func (r *IngestRun) options() ingesterOptions {
-	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps, inFlight: r.cfg.MaxTxnsInFlight, bulkOps: r.cfg.MaxBlockOpsInFlight,
+	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps, inFlight: r.cfg.MaxTxnsInFlight,
 		hashMode: r.cfg.Setup.hashMode(), log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
 }
 

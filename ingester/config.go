@@ -21,7 +21,7 @@ import (
 const (
 	DefaultTopic            = contract.DefaultTopic
 	DefaultGroup            = contract.DefaultGroup
-	DefaultMaxTxnOps        = 128
+	DefaultMaxTxnOps        = 1024
 	DefaultMaxTxnBytes      = 1 << 20
 	DefaultWindowRecords    = 1024
 	DefaultWindowOps        = 4096
@@ -60,8 +60,13 @@ type Config struct {
 	// Default: the host name and process id; empty means that default.
 	ID string
 
-	// MaxTxnOps bounds the operations of one etcd transaction (etcd's
-	// --max-txn-ops, default 128). Default DefaultMaxTxnOps; at least 8.
+	// MaxTxnOps bounds the operations of one etcd transaction. etcd has
+	// its own bound (--max-txn-ops, 128 unless raised) and no API that
+	// reports it, so Run asks etcd with read-only probes before claiming
+	// anything and packs min(MaxTxnOps, what etcd accepts): the largest
+	// transactions etcd takes, up to this (fewer, larger transactions cost
+	// etcd less per block; docs/limits.md). Default DefaultMaxTxnOps
+	// (1024); at least 8.
 	MaxTxnOps int
 	// MaxTxnBytes bounds the encoded size of one transaction; it must stay
 	// under etcd's --max-request-bytes (1.5 MiB by default). Default
@@ -266,8 +271,8 @@ func (c *Config) Validate() error {
 		return bad("Etcd client is required")
 	case len(c.Brokers) == 0:
 		return bad("Brokers are required")
-	case c.MaxTxnOps < 8:
-		return bad("MaxTxnOps %d: want at least 8", c.MaxTxnOps)
+	case c.MaxTxnOps < minTxnOps:
+		return bad("MaxTxnOps %d: want at least %d", c.MaxTxnOps, minTxnOps)
 	case c.MaxTxnBytes < 16<<10 || c.MaxTxnBytes > etcdMaxRequestBytes:
 		return bad("MaxTxnBytes %d: want between 16 KiB and 1.5 MiB", c.MaxTxnBytes)
 	case c.WindowRecords < 1:

@@ -48,8 +48,9 @@
 // A worker applies records to an in-memory window: block puts and deletes
 // go into an ordered op set in which the last op per key wins. A window
 // ends when the worker has no more queued records or hits its bounds; it is
-// then written in transactions of at most MaxTxnOps operations and
-// MaxTxnBytes bytes, up to MaxTxnsInFlight of them at once (after
+// then written in transactions of at most MaxTxnOps operations (lowered
+// at start to what etcd accepts, found by read-only probes: txnlimit.go)
+// and MaxTxnBytes bytes, up to MaxTxnsInFlight of them at once (after
 // coalescing they touch distinct keys), and only the last one, sent once
 // all the others have committed, writes the partition's next offset
 // together with the endpoint records (sequence state, liveness, lease IDs)

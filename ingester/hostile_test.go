@@ -121,18 +121,21 @@ func TestHostileRecords(t *testing.T) {
 	}
 }
 
-// TestTransactionTooLargeForEtcdStopsLoudly: an ingester allowed more ops
-// per transaction than etcd accepts must not retry the refused transaction
-// forever with its partition stalled; Run fails naming the flags.
+// TestTransactionTooLargeForEtcdStopsLoudly: an ingester allowed bigger
+// transactions than etcd accepts must not retry the refused transaction
+// forever with its partition stalled; Run fails naming the flags. Run
+// lowers MaxTxnOps to etcd's --max-txn-ops itself (TestEtcdTxnLimit), so
+// the refusal here is for bytes: etcd's --max-request-bytes is set under
+// what a transaction of 1,000 block keys takes.
 func TestTransactionTooLargeForEtcdStopsLoudly(t *testing.T) {
 	const topic = "toobig"
-	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(16))
+	e := newEnv(t, 1, []string{topic}, testutil.WithMaxRequestBytes(32<<10))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := e.config(t, topic, "g-toobig", "/kvindex/toobig/")
-	cfg.MaxTxnOps = 128 // etcd takes 16
+	cfg.MaxTxnOps = 1024 // and MaxTxnBytes 1 MiB: etcd takes 32 KiB
 	r := start(t, cfg)
-	hs := make([]uint64, 100)
+	hs := make([]uint64, 1000)
 	for i := range hs {
 		hs[i] = uint64(i + 1)
 	}
@@ -144,7 +147,7 @@ func TestTransactionTooLargeForEtcdStopsLoudly(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = r.wait(ctx)
-	if err == nil || !strings.Contains(err.Error(), "--max-txn-ops") {
-		t.Fatalf("Run = %v, want an error naming --max-txn-ops", err)
+	if err == nil || !strings.Contains(err.Error(), "--max-txn-bytes") {
+		t.Fatalf("Run = %v, want an error naming --max-txn-bytes", err)
 	}
 }

@@ -149,6 +149,11 @@ func (in *Ingester) Run(ctx context.Context) error {
 	defer fail(nil)
 	in.runCtx, in.fail = runCtx, fail
 
+	// Before any partition is claimed: every worker's builders are sized
+	// from MaxTxnOps.
+	if err := in.sizeTxns(runCtx); err != nil {
+		return err
+	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(in.cfg.Brokers...),
 		kgo.ConsumerGroup(in.cfg.Group),

@@ -18,6 +18,7 @@ type metrics struct {
 	txnOps         prometheus.Histogram
 	txnSeconds     prometheus.Histogram
 	txnRetries     prometheus.Counter
+	txnOpsLimit    prometheus.Gauge
 	guardFailures  prometheus.Counter
 	leases         prometheus.Gauge
 	leaseGrants    prometheus.Counter
@@ -57,6 +58,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		txnSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_seconds",
 			Help:    "Latency of write transactions.",
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
+		txnOpsLimit: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops_limit",
+			Help: "Operations per transaction the ingester packs: --max-txn-ops, lowered at start to what etcd accepts."}),
 		txnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txn_retries_total",
 			Help: "Write transactions retried after an etcd error."}),
 		guardFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "guard_failures_total",
@@ -93,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "etcd calls that failed with an error no retry fixes (the ingester stops with it), by operation."}, []string{"op"}),
 	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
-		m.txnOps, m.txnSeconds, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
+		m.txnOps, m.txnSeconds, m.txnOpsLimit, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
 		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
 		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
 		if err := reg.Register(c); err != nil {

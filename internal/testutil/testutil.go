@@ -37,6 +37,11 @@ type EtcdOption func(*etcdembed.Config)
 // WithMaxTxnOps sets etcd's --max-txn-ops.
 func WithMaxTxnOps(n uint) EtcdOption { return func(c *etcdembed.Config) { c.MaxTxnOps = n } }
 
+// WithMaxRequestBytes sets etcd's --max-request-bytes.
+func WithMaxRequestBytes(n uint) EtcdOption {
+	return func(c *etcdembed.Config) { c.MaxRequestBytes = n }
+}
+
 // StartEtcd starts an embedded etcd in a temp dir on free loopback ports,
 // with fsync off (tests need no durability), and a client for it.
 func StartEtcd(t testing.TB, opts ...EtcdOption) *Etcd {

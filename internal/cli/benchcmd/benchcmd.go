@@ -286,7 +286,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
-	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops (deploy/ runs 1024; the embedded etcd takes up to 1024)")
+	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this; the embedded etcd takes 1024, as deploy/ runs it)")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
 	setup.register(fs)
 	return cmd
@@ -383,7 +383,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	s.register(fs)
 	registerStream(fs, &stream)
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (ingester workers and reference writers)")
-	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops")
+	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", ingester.DefaultMaxTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
 	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")

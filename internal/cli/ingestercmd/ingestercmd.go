@@ -65,7 +65,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.DurationVar(&c.OutageGrace, "outage-grace", 0, "after an outage, or a claim following a silence, every endpoint is kept this long before it can expire (0: --liveness-window)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "consumer group session timeout (the brokers must allow it)")
 	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "consumer group rebalance timeout")
-	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "most operations in one etcd transaction (at most etcd's --max-txn-ops)")
+	fs.IntVar(&c.MaxTxnOps, "max-txn-ops", c.MaxTxnOps, "most operations in one etcd transaction; at start the ingester lowers it to what etcd's --max-txn-ops accepts")
 	fs.IntVar(&c.MaxTxnBytes, "max-txn-bytes", c.MaxTxnBytes, "most encoded bytes in one etcd transaction (under etcd's --max-request-bytes)")
 	fs.IntVar(&c.WindowRecords, "window-records", c.WindowRecords, "most records coalesced into one batch window")
 	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")

@@ -48,9 +48,9 @@ type FleetConfig struct {
 	// WindowOps is the ingesters' Config.WindowOps (the block operations
 	// that end a batch window). Default the ingester's.
 	WindowOps int
-	// MaxTxnOps is the ingesters' --max-txn-ops (operations per
-	// transaction; the embedded etcd takes up to 1,024, as deploy/ runs
-	// it). Default the ingester's (128).
+	// MaxTxnOps is the ingesters' --max-txn-ops, the most operations per
+	// transaction (they pack what etcd accepts up to it; the embedded etcd
+	// takes 1,024, as deploy/ runs it). Default the ingester's (1,024).
 	MaxTxnOps int
 	// MaxTxnsInFlight is the ingesters' Config.MaxTxnsInFlight, and the
 	// transactions each reference writer keeps in flight. Default the

@@ -21,8 +21,8 @@ type IngestConfig struct {
 	// Partitions is the topic's partition count, and so the number of
 	// ingester workers and of reference writers. Default 4.
 	Partitions int32
-	// MaxTxnOps is the ingester's --max-txn-ops. Default the ingester's
-	// (128).
+	// MaxTxnOps is the ingester's --max-txn-ops, the most operations per
+	// transaction. Default the ingester's (1,024).
 	MaxTxnOps int
 	// WindowOps is the ingester's Config.WindowOps. Default the
 	// ingester's.

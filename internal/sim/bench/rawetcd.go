@@ -46,10 +46,17 @@ func (c *txnCapture) dialOption() grpc.DialOption {
 func (c *txnCapture) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	t, ok := req.(*pb.TxnRequest)
-	if err != nil || !ok || len(t.Compare) != 1 || t.Compare[0].Target != pb.Compare_MOD {
+
+	if !ok || len(t.Compare) != 1 || t.Compare[0].Target != pb.Compare_MOD {
 		return err
 	}
-	if resp, ok := reply.(*pb.TxnResponse); !ok || !resp.Succeeded {
+	// A transaction that failed on the client may still have been applied:
+	// a worker stopped by a rebalance cancels its call after etcd took it,
+	// and its successor then starts past the offset it stored. Such a
+	// transaction is kept too; where etcd did not apply it, writing it
+	// again is harmless, since the successor replays the same records
+	// from the stored offset and its transactions come after it.
+	if resp, ok := reply.(*pb.TxnResponse); err == nil && (!ok || !resp.Succeeded) {
 		return err
 	}
 	p, perr := c.ks.ParseOwnerKey(string(t.Compare[0].Key))

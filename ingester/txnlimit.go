@@ -1,0 +1,133 @@
+package ingester
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/kvindex/kvindex/internal/backoff"
+)
+
+// minTxnOps is the smallest MaxTxnOps Validate accepts: a commit
+// transaction needs room for an endpoint record, its member key and the
+// offset, and a few block ops beside them.
+const minTxnOps = 8
+
+// etcdDefaultMaxTxnOps is etcd's --max-txn-ops when nobody raised it.
+const etcdDefaultMaxTxnOps = 128
+
+// errEtcdTxnLimit reports an etcd that refuses even minTxnOps operations
+// per transaction.
+var errEtcdTxnLimit = errors.New("ingester: etcd accepts fewer operations per transaction than the ingester needs")
+
+// etcdTxnLimit returns the most operations per transaction etcd accepts,
+// up to want (etcd's --max-txn-ops; it has no API that reports it). It
+// asks with read-only probes: a transaction of n range reads of key under
+// a compare that never holds, which etcd checks against its limit before
+// anything else and then answers from its store without a raft round
+// (nothing is read or written). want is tried first, so an etcd that
+// takes it costs one probe; then etcd's default (128) and one more, which
+// settle an untuned etcd; otherwise a bisection takes at most log2(want)
+// more. It returns errEtcdTxnLimit when etcd
+// refuses minTxnOps, or the first error that is not a refusal for size
+// (the caller retries those).
+func etcdTxnLimit(ctx context.Context, kv pb.KVClient, key []byte, want int) (int, error) {
+	accepts := func(n int) (bool, error) {
+		ops := make([]*pb.RequestOp, n)
+		for i := range ops {
+			ops[i] = &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: &pb.RangeRequest{Key: key, CountOnly: true}}}
+		}
+		// A version is never negative: the compare fails, and the empty
+		// failure branch runs.
+		never := &pb.Compare{Target: pb.Compare_VERSION, Result: pb.Compare_LESS, Key: key, TargetUnion: &pb.Compare_Version{Version: 0}}
+		_, err := kv.Txn(ctx, &pb.TxnRequest{Compare: []*pb.Compare{never}, Success: ops})
+		switch {
+		case err == nil:
+			return true, nil
+		case errors.Is(rpctypes.Error(err), rpctypes.ErrTooManyOps):
+			return false, nil
+		default:
+			return false, err
+		}
+	}
+	ok, err := accepts(want)
+	if err != nil || ok {
+		return want, err
+	}
+	// lo is the largest size known to be accepted (0: none yet), hi the
+	// smallest known to be refused. etcd's default comes first: it is
+	// what an etcd nobody tuned takes, and then two probes settle it.
+	lo, hi := 0, want
+	for _, n := range []int{etcdDefaultMaxTxnOps, etcdDefaultMaxTxnOps + 1, minTxnOps} {
+		if n <= lo || n >= hi {
+			continue
+		}
+		ok, err := accepts(n)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = n
+		} else {
+			hi = n
+		}
+	}
+	if lo == 0 {
+		return 0, fmt.Errorf("%w: it refuses %d (raise etcd's --max-txn-ops)", errEtcdTxnLimit, minTxnOps)
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		ok, err := accepts(mid)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo, nil
+}
+
+// sizeTxns lowers cfg.MaxTxnOps to what etcd accepts, before any worker
+// builds a transaction, retrying etcd errors until ctx ends. A lowered
+// bound is logged once at WARN: the ingester then writes more, smaller
+// transactions than it was configured for.
+func (in *Ingester) sizeTxns(ctx context.Context) error {
+	want := in.cfg.MaxTxnOps
+	key := []byte(in.cfg.Keyspace.OffsetsPrefix())
+	var got int
+	bo := backoff.New(20*time.Millisecond, time.Second, nil)
+	for {
+		n, err := etcdTxnLimit(ctx, in.kv, key, want)
+		if err == nil {
+			got = n
+			break
+		}
+		if errors.Is(err, errEtcdTxnLimit) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("ingester: sizing transactions: %w (last error: %v)", ctx.Err(), err)
+		}
+		d := bo.Next()
+		in.log.Warn("asking etcd how many operations a transaction may hold failed; retrying", "err", err, "backoff", d)
+		if err := backoff.Sleep(ctx, bo.Clock, d); err != nil {
+			return fmt.Errorf("ingester: sizing transactions: %w", err)
+		}
+	}
+	if got < want {
+		in.log.Warn("etcd accepts fewer operations per transaction than --max-txn-ops; writing smaller transactions (raise etcd's --max-txn-ops to match)",
+			"max_txn_ops", want, "etcd_accepts", got)
+	} else {
+		in.log.Info("transactions sized", "max_txn_ops", got)
+	}
+	in.cfg.MaxTxnOps = got
+	in.m.txnOpsLimit.Set(float64(got))
+	return nil
+}

@@ -27,14 +27,14 @@ var errEtcdTxnLimit = errors.New("ingester: etcd accepts fewer operations per tr
 // etcdTxnLimit returns the most operations per transaction etcd accepts,
 // up to want (etcd's --max-txn-ops; it has no API that reports it). It
 // asks with read-only probes: a transaction of n range reads of key under
-// a compare that never holds, which etcd checks against its limit before
-// anything else and then answers from its store without a raft round
-// (nothing is read or written). want is tried first, so an etcd that
-// takes it costs one probe; then etcd's default (128) and one more, which
-// settle an untuned etcd; otherwise a bisection takes at most log2(want)
-// more. It returns errEtcdTxnLimit when etcd
-// refuses minTxnOps, or the first error that is not a refusal for size
-// (the caller retries those).
+// a compare that never holds. etcd checks the op count against its limit
+// before anything else; a read-only transaction adds no entry to the raft
+// log, and with the compare false its range reads are not run. want is
+// tried first, so an etcd that takes it costs one probe; then etcd's
+// default (128) and one more, which settle an untuned etcd; otherwise a
+// bisection takes at most log2(want) more. It returns errEtcdTxnLimit
+// when etcd refuses minTxnOps, or the first error that is not a refusal
+// for size (the caller retries those).
 func etcdTxnLimit(ctx context.Context, kv pb.KVClient, key []byte, want int) (int, error) {
 	accepts := func(n int) (bool, error) {
 		ops := make([]*pb.RequestOp, n)

@@ -12,7 +12,9 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
@@ -85,8 +87,42 @@ type Server struct {
 // ErrAddrInUse reports that a configured listen address is taken.
 var ErrAddrInUse = errors.New("etcdembed: address in use")
 
-// Start starts etcd and waits, up to ctx, until it serves clients.
+// pickRetries is how many times Start tries when it picked a free port
+// itself (an address with port 0) and another process took that port
+// between the pick and etcd's listen.
+const pickRetries = 5
+
+// Start starts etcd and waits, up to ctx, until it serves clients. When
+// ClientAddr or PeerAddr has port 0, Start picks free ports itself; if
+// one is taken before etcd listens on it, it picks again, up to
+// pickRetries tries. A fixed port that is taken fails with ErrAddrInUse.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
+	picked := portZero(cfg.ClientAddr) || portZero(cfg.PeerAddr) || cfg.PeerAddr == ""
+	if cfg.Logger == nil {
+		cfg.Logger = logging.Discard()
+	}
+	for try := 1; ; try++ {
+		s, err := start(ctx, cfg)
+		// ErrAddrInUse is a fixed port found taken: picking again cannot help.
+		if err == nil || !picked || try == pickRetries || ctx.Err() != nil || errors.Is(err, ErrAddrInUse) || !addrInUse(err) {
+			return s, err
+		}
+		cfg.Logger.Warn("etcdembed: a picked port was taken before etcd listened on it; picking again", "err", err, "try", try)
+	}
+}
+
+// portZero reports whether addr asks for a free port.
+func portZero(addr string) bool {
+	_, port, err := net.SplitHostPort(addr)
+	return err == nil && port == "0"
+}
+
+// addrInUse reports a listen that failed because the address was taken.
+func addrInUse(err error) bool {
+	return errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use")
+}
+
+func start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("etcdembed: DataDir is required")
 	}

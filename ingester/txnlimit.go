@@ -54,41 +54,35 @@ func etcdTxnLimit(ctx context.Context, kv pb.KVClient, key []byte, want int) (in
 			return false, err
 		}
 	}
-	ok, err := accepts(want)
-	if err != nil || ok {
-		return want, err
-	}
 	// lo is the largest size known to be accepted (0: none yet), hi the
-	// smallest known to be refused. etcd's default comes first: it is
-	// what an etcd nobody tuned takes, and then two probes settle it.
-	lo, hi := 0, want
-	for _, n := range []int{etcdDefaultMaxTxnOps, etcdDefaultMaxTxnOps + 1, minTxnOps} {
-		if n <= lo || n >= hi {
-			continue
-		}
+	// smallest known to be refused. want comes first, then etcd's default
+	// and one more (what an etcd nobody tuned takes), then the least the
+	// ingester needs; sizes the earlier answers settle are skipped.
+	lo, hi := 0, want+1
+	try := func(n int) error {
 		ok, err := accepts(n)
-		if err != nil {
-			return 0, err
+		if err == nil {
+			if ok {
+				lo = n
+			} else {
+				hi = n
+			}
 		}
-		if ok {
-			lo = n
-		} else {
-			hi = n
+		return err
+	}
+	for _, n := range []int{want, etcdDefaultMaxTxnOps, etcdDefaultMaxTxnOps + 1, minTxnOps} {
+		if n > lo && n < hi {
+			if err := try(n); err != nil {
+				return 0, err
+			}
 		}
 	}
 	if lo == 0 {
 		return 0, fmt.Errorf("%w: it refuses %d (raise etcd's --max-txn-ops)", errEtcdTxnLimit, minTxnOps)
 	}
 	for hi-lo > 1 {
-		mid := lo + (hi-lo)/2
-		ok, err := accepts(mid)
-		if err != nil {
+		if err := try(lo + (hi-lo)/2); err != nil {
 			return 0, err
-		}
-		if ok {
-			lo = mid
-		} else {
-			hi = mid
 		}
 	}
 	return lo, nil
@@ -102,24 +96,23 @@ func (in *Ingester) sizeTxns(ctx context.Context) error {
 	want := in.cfg.MaxTxnOps
 	key := []byte(in.cfg.Keyspace.OffsetsPrefix())
 	var got int
-	bo := backoff.New(20*time.Millisecond, time.Second, nil)
-	for {
+	var refused error // etcd takes fewer than minTxnOps: no retry helps
+	err := backoff.Retry(ctx, backoff.New(20*time.Millisecond, time.Second, nil), func(ctx context.Context) error {
 		n, err := etcdTxnLimit(ctx, in.kv, key, want)
-		if err == nil {
-			got = n
-			break
-		}
 		if errors.Is(err, errEtcdTxnLimit) {
-			return err
+			refused = err
+			return nil
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("ingester: sizing transactions: %w (last error: %v)", ctx.Err(), err)
-		}
-		d := bo.Next()
-		in.log.Warn("asking etcd how many operations a transaction may hold failed; retrying", "err", err, "backoff", d)
-		if err := backoff.Sleep(ctx, bo.Clock, d); err != nil {
-			return fmt.Errorf("ingester: sizing transactions: %w", err)
-		}
+		got = n
+		return err
+	}, func(err error, delay time.Duration) {
+		in.log.Warn("asking etcd how many operations a transaction may hold failed; retrying", "err", err, "backoff", delay)
+	})
+	if err != nil {
+		return fmt.Errorf("ingester: sizing transactions: %w", err)
+	}
+	if refused != nil {
+		return refused
 	}
 	if got < want {
 		in.log.Warn("etcd accepts fewer operations per transaction than --max-txn-ops; writing smaller transactions (raise etcd's --max-txn-ops to match)",

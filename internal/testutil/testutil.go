@@ -64,14 +64,9 @@ func startEtcd(t testing.TB, dir string, opts ...EtcdOption) *Etcd {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var srv *etcdembed.Server
-	var err error
-	// A free port can be taken between picking it and binding it; retry.
-	for range 5 {
-		if srv, err = etcdembed.Start(ctx, cfg); err == nil {
-			break
-		}
-	}
+	// etcdembed.Start picks again when a free port it picked is taken
+	// before etcd listens on it.
+	srv, err := etcdembed.Start(ctx, cfg)
 	if err != nil {
 		t.Fatalf("starting embedded etcd: %v", err)
 	}

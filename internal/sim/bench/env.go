@@ -105,13 +105,9 @@ func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNo
 		QuotaBackendBytes: opts.quota,
 		Logger:            log,
 	}
-	var srv *etcdembed.Server
-	// A free port can be taken between picking and binding it; retry.
-	for range 5 {
-		if srv, err = etcdembed.Start(ctx, cfg); err == nil {
-			break
-		}
-	}
+	// etcdembed.Start picks again when a free port it picked is taken
+	// before etcd listens on it.
+	srv, err := etcdembed.Start(ctx, cfg)
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench: starting etcd: %w", err)

@@ -375,7 +375,7 @@ func checkHTTPProbe(t *testing.T, k *kvContainer, kind string, pr *corev1.Probe,
 func TestParseRoleArgs(t *testing.T) {
 	valid := map[string][]string{
 		"ingester": {"ingester", "--brokers=kafka:9092", "--topic=kvindex-events", "--group=kvindex-ingester",
-			"--etcd-endpoints=http://etcd-0.etcd:2379", "--etcd-prefix=/kvindex/v1/", "--max-txn-ops=1024",
+			"--etcd-endpoints=http://etcd-0.etcd:2379", "--etcd-prefix=/kvindex/v2/", "--max-txn-ops=1024",
 			"--lease-ttl=120s", "--liveness-window=30s", "--metrics-listen=:9090", "--log-format=json"},
 		"indexd": {"indexd", "--etcd-endpoints=https://etcd-0.etcd:2379", "--etcd-cacert=/tls/ca.crt",
 			"--etcd-cert=/tls/tls.crt", "--etcd-key=/tls/tls.key", "--listen=:50051", "--metrics-listen=:9090",
@@ -417,7 +417,7 @@ func TestParseRoleArgs(t *testing.T) {
 		{name: "repeated_flag", role: "indexd", edit: add("--listen=:50052"), want: "repeated"},
 		{name: "bad_log_level", role: "bridge", edit: add("--log-level=verbose"), want: "--log-level"},
 		{name: "bad_log_format", role: "ingester", edit: replace("--log-format=json", "--log-format=logfmt"), want: "--log-format"},
-		{name: "prefix_without_slash", role: "ingester", edit: replace("--etcd-prefix=/kvindex/v1/", "--etcd-prefix=/kvindex/v1"), want: "--etcd-prefix"},
+		{name: "prefix_without_slash", role: "ingester", edit: replace("--etcd-prefix=/kvindex/v2/", "--etcd-prefix=/kvindex/v2"), want: "--etcd-prefix"},
 		{name: "cert_without_key", role: "indexd", edit: replace("--etcd-key=/tls/tls.key", "--etcd-key="), want: "go together"},
 		{name: "lease_ttl_fraction", role: "ingester", edit: replace("--lease-ttl=120s", "--lease-ttl=90500ms"), want: "LeaseTTL"},
 		{name: "lease_ttl_under_timeouts", role: "ingester", edit: replace("--lease-ttl=120s", "--lease-ttl=10s"), want: "LeaseTTL"},

@@ -278,16 +278,16 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		e.Endpoints = []string{client.String()}
-		e.Prefix = "/kvindex/v1/"
+		e.Prefix = "/kvindex/v2/"
 		cli, err := e.Client(ctx, logging.Discard())
 		if err != nil {
 			return err
 		}
 		defer cli.Close()
-		if _, err := cli.Put(ctx, "/kvindex/v1/tls-check", "ok"); err != nil {
+		if _, err := cli.Put(ctx, "/kvindex/v2/tls-check", "ok"); err != nil {
 			return err
 		}
-		_, err = cli.Get(ctx, "/kvindex/v1/tls-check")
+		_, err = cli.Get(ctx, "/kvindex/v2/tls-check")
 		return err
 	}
 	var roles int

@@ -71,24 +71,24 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 		return out
 	}
 
-	out := etcdctl(t, url, documented("get --prefix /kvindex/v1/endpoints/ --keys-only")...)
-	if !strings.Contains(out, ks.EndpointKey(ep)) || !strings.Contains(out, "/kvindex/v1/endpoints/Qwen%2FQwen3-32B/team-b%2Fvllm-1/0") {
+	out := etcdctl(t, url, documented("get --prefix /kvindex/v2/endpoints/ --keys-only")...)
+	if !strings.Contains(out, ks.EndpointKey(ep)) || !strings.Contains(out, "/kvindex/v2/endpoints/Qwen%2FQwen3-32B/team-b%2Fvllm-1/0") {
 		t.Fatalf("endpoints listing:\n%s", out)
 	}
 
-	out = etcdctl(t, url, sub(documented("get --prefix '/kvindex/v1/blocks/<model>/<pod>/' --keys-only"))...)
-	want := []string{"/kvindex/v1/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/21cfe11cd0b23978",
-		"/kvindex/v1/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"}
+	out = etcdctl(t, url, sub(documented("get --prefix '/kvindex/v2/blocks/<model>/<pod>/' --keys-only"))...)
+	want := []string{"/kvindex/v2/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/21cfe11cd0b23978",
+		"/kvindex/v2/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"}
 	if got := strings.Fields(out); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("pod blocks listing = %q, want %q", got, want)
 	}
 
-	out = etcdctl(t, url, sub(documented("get --prefix '/kvindex/v1/blocks/<model>/' --count-only -w fields"))...)
+	out = etcdctl(t, url, sub(documented("get --prefix '/kvindex/v2/blocks/<model>/' --count-only -w fields"))...)
 	if !strings.Contains(out, `"Count" : 2`) {
 		t.Fatalf("count of the model's entries:\n%s", out)
 	}
 
-	out = etcdctl(t, url, sub(documented("get '/kvindex/v1/endpoints/<model>/<pod>/<rank>' --print-value-only"))...)
+	out = etcdctl(t, url, sub(documented("get '/kvindex/v2/endpoints/<model>/<pod>/<rank>' --print-value-only"))...)
 	rec, err := keyspace.UnmarshalEndpointRecord([]byte(strings.TrimSpace(out)))
 	if err != nil {
 		t.Fatalf("endpoint record %q: %v", out, err)
@@ -103,17 +103,17 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 		t.Fatalf("lease timetolive of the gpu shard:\n%s", out)
 	}
 
-	out = etcdctl(t, url, documented("get --prefix /kvindex/v1/offsets/")...)
-	if !strings.Contains(out, "/kvindex/v1/offsets/"+st.Topic()+"/") {
+	out = etcdctl(t, url, documented("get --prefix /kvindex/v2/offsets/")...)
+	if !strings.Contains(out, "/kvindex/v2/offsets/"+st.Topic()+"/") {
 		t.Fatalf("offsets:\n%s", out)
 	}
-	out = etcdctl(t, url, documented("get --prefix /kvindex/v1/owners/")...)
+	out = etcdctl(t, url, documented("get --prefix /kvindex/v2/owners/")...)
 	var owner keyspace.OwnerRecord
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) < 2 || json.Unmarshal([]byte(lines[1]), &owner) != nil || owner.MemberID == "" {
 		t.Fatalf("owners:\n%s", out)
 	}
-	out = etcdctl(t, url, documented("get --prefix /kvindex/v1/ingesters/")...)
+	out = etcdctl(t, url, documented("get --prefix /kvindex/v2/ingesters/")...)
 	lines = strings.Split(strings.TrimSpace(out), "\n")
 	var ing keyspace.IngesterRecord
 	if len(lines) != 2 || lines[0] != ks.IngesterKey(owner.Ingester) || json.Unmarshal([]byte(lines[1]), &ing) != nil || len(ing.Partitions) == 0 {

@@ -79,7 +79,7 @@ type Config struct {
 	// The caller owns it and closes it after Run returns.
 	Etcd *clientv3.Client
 	// Keyspace locates kvindex's keys in etcd. Default keyspace.Default()
-	// (prefix "/kvindex/v1/"); the zero value means the default.
+	// (prefix "/kvindex/v2/"); the zero value means the default.
 	Keyspace keyspace.Keyspace
 
 	// Listener, when set, is where the gRPC API is served (tests, and

@@ -94,11 +94,11 @@
 //
 // With the default prefix, etcdctl shows what the ingesters hold:
 //
-//	etcdctl get --prefix /kvindex/v1/owners/      # who claimed each partition
-//	etcdctl get --prefix /kvindex/v1/offsets/     # each partition's next offset
-//	etcdctl get --prefix /kvindex/v1/ingesters/   # live ingesters and their partitions
-//	etcdctl get --prefix --keys-only /kvindex/v1/members/<topic>/<partition>/   # a partition's endpoints
-//	etcdctl get /kvindex/v1/endpoints/<model>/<pod>/<rank>   # sequence state, leases
+//	etcdctl get --prefix /kvindex/v2/owners/      # who claimed each partition
+//	etcdctl get --prefix /kvindex/v2/offsets/     # each partition's next offset
+//	etcdctl get --prefix /kvindex/v2/ingesters/   # live ingesters and their partitions
+//	etcdctl get --prefix --keys-only /kvindex/v2/members/<topic>/<partition>/   # a partition's endpoints
+//	etcdctl get /kvindex/v2/endpoints/<model>/<pod>/<rank>   # sequence state, leases
 //	etcdctl lease timetolive --keys <lease id from the endpoint record>
 //
 // Metrics (subsystem kvindex_ingester): records_total, events_total{type},

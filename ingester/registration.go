@@ -20,7 +20,7 @@ const maxUnregister = 5 * time.Second
 // alive by the lease manager) for as long as Run runs, rewriting it with
 // the owned partitions whenever the assignment changes, so operators see
 // every live ingester and what it owns (`etcdctl get --prefix
-// /kvindex/v1/ingesters/`). When ctx ends (a clean stop, or a fatal
+// /kvindex/v2/ingesters/`). When ctx ends (a clean stop, or a fatal
 // error) the lease is revoked, so the key goes at once; after a crash it
 // goes with the lease, a TTL later. A failure to register is logged and
 // retried, never fatal: the key is for people, not for correctness.

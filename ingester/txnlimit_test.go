@@ -46,7 +46,7 @@ func TestEtcdTxnLimit(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := etcdTxnLimit(ctx, clientv3.RetryKVClient(e.Client), []byte("/kvindex/v1/offsets/"), tt.want)
+			got, err := etcdTxnLimit(ctx, clientv3.RetryKVClient(e.Client), []byte("/kvindex/v2/offsets/"), tt.want)
 			if tt.refused {
 				if !errors.Is(err, errEtcdTxnLimit) {
 					t.Fatalf("got %d, %v; want errEtcdTxnLimit", got, err)

@@ -16,14 +16,14 @@ func FuzzApplyKey(f *testing.F) {
 	ep := keyspace.Endpoint{Model: "m/x", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 2}
 	f.Add(ks.BlockKey(ep, tier.GPU, 1), []byte(nil))
 	f.Add(ks.BlockKey(ep, tier.Disk, 1<<63), []byte("7b05ab3397532bcc"))
-	f.Add("/kvindex/v1/blocks/m/p/0/gpu/zz", []byte(nil))
-	f.Add("/kvindex/v1/blocks/m/p/00/gpu/0000000000000001", []byte(nil))
-	f.Add("/kvindex/v1/blocks/%zz/p/0/gpu/0000000000000001", []byte(nil))
+	f.Add("/kvindex/v2/blocks/m/p/0/gpu/zz", []byte(nil))
+	f.Add("/kvindex/v2/blocks/m/p/00/gpu/0000000000000001", []byte(nil))
+	f.Add("/kvindex/v2/blocks/%zz/p/0/gpu/0000000000000001", []byte(nil))
 	f.Add(ks.EndpointKey(ep), []byte(`{"hash_mode":"engine","block_size":16}`))
 	f.Add(ks.EndpointKey(ep), []byte(`{`))
 	f.Add(ks.OffsetKey(keyspace.Partition{Topic: "t", Partition: 3}), []byte("12"))
 	f.Add(ks.OffsetKey(keyspace.Partition{Topic: "t", Partition: 3}), []byte("-1"))
-	f.Add("/kvindex/v1/", []byte(nil))
+	f.Add("/kvindex/v2/", []byte(nil))
 	f.Fuzz(func(t *testing.T, key string, value []byte) {
 		ix := index.New(ks)
 		// A known endpoint with a block, so deletes have something to hit.

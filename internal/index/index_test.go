@@ -233,12 +233,12 @@ func TestIndexMalformedKeys(t *testing.T) {
 		del     bool
 		wantErr error
 	}{
-		{name: "no_section", key: "/kvindex/v1/whatever/x", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_hash", key: "/kvindex/v1/blocks/m/p/0/gpu/xyz", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_tier", key: "/kvindex/v1/blocks/m/p/0/hbm/0000000000000001", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_rank", key: "/kvindex/v1/blocks/m/p/01/gpu/0000000000000001", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_rank_delete", key: "/kvindex/v1/blocks/m/p/01/gpu/0000000000000001", del: true, wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_endpoint_key", key: "/kvindex/v1/endpoints/m/p", wantErr: keyspace.ErrMalformedKey},
+		{name: "no_section", key: "/kvindex/v2/whatever/x", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_hash", key: "/kvindex/v2/blocks/m/p/0/gpu/xyz", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_tier", key: "/kvindex/v2/blocks/m/p/0/hbm/0000000000000001", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_rank", key: "/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_rank_delete", key: "/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", del: true, wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_endpoint_key", key: "/kvindex/v2/endpoints/m/p", wantErr: keyspace.ErrMalformedKey},
 		{name: "bad_endpoint_value", key: ks.EndpointKey(keyspace.Endpoint{Model: "m", Pod: "p"}), value: "{", wantErr: index.ErrMalformedValue},
 		{name: "bad_offset_value", key: ks.OffsetKey(keyspace.Partition{Topic: "t"}), value: "-3", wantErr: index.ErrMalformedValue},
 		{name: "owner_ignored", key: ks.OwnerKey(keyspace.Partition{Topic: "t"}), value: "junk"},

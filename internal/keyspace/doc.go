@@ -3,7 +3,7 @@
 // the ingester (the writer), indexd (the reader) and operators' etcdctl
 // commands agree byte for byte.
 //
-// Every key lives under a configurable prefix (default "/kvindex/v1/"):
+// Every key lives under a configurable prefix (default "/kvindex/v2/"):
 //
 //	blocks/{model}/{pod}/{rank}/{tier}/{hash:016x}   block presence
 //	endpoints/{model}/{pod}/{rank}                    EndpointRecord (JSON)

@@ -51,7 +51,7 @@ func FuzzParseKey(f *testing.F) {
 	f.Add(ks.OffsetKey(Partition{Topic: "t", Partition: 1}))
 	f.Add(ks.OwnerKey(Partition{Topic: "t", Partition: 1}))
 	f.Add(ks.IngesterKey("i"))
-	f.Add("/kvindex/v1/blocks/%6D/p/0/gpu/0000000000000001")
+	f.Add("/kvindex/v2/blocks/%6D/p/0/gpu/0000000000000001")
 	f.Fuzz(func(t *testing.T, key string) {
 		if b, err := ks.ParseBlockKey(key); err == nil {
 			if again := ks.BlockKey(b.Endpoint, b.Tier, b.Hash); again != key {

@@ -7,11 +7,12 @@ import (
 
 // DefaultPrefix is the key prefix every kvindex key lives under unless
 // configured otherwise.
-const DefaultPrefix = "/kvindex/v1/"
+const DefaultPrefix = "/kvindex/v2/"
 
 // Section names: the first path element after the prefix.
 const (
 	sectionBlocks    = "blocks/"
+	sectionChunks    = "chunks/"
 	sectionEndpoints = "endpoints/"
 	sectionOwners    = "owners/"
 	sectionOffsets   = "offsets/"
@@ -54,10 +55,11 @@ const (
 	KindOffset
 	KindIngester
 	KindMember
+	KindChunk
 )
 
 // KindCount is one more than the largest Kind, for arrays indexed by Kind.
-const KindCount = KindMember + 1
+const KindCount = KindChunk + 1
 
 // String returns the section name of the kind.
 func (k Kind) String() string {
@@ -74,6 +76,8 @@ func (k Kind) String() string {
 		return "ingesters"
 	case KindMember:
 		return "members"
+	case KindChunk:
+		return "chunks"
 	}
 	return "unknown"
 }
@@ -98,6 +102,8 @@ func (k Keyspace) KindOf(key string) Kind {
 		return KindIngester
 	case strings.HasPrefix(rest, sectionMembers):
 		return KindMember
+	case strings.HasPrefix(rest, sectionChunks):
+		return KindChunk
 	}
 	return KindUnknown
 }

@@ -16,11 +16,11 @@ func TestDesignWorkedExample(t *testing.T) {
 	ks := Default()
 	ep := Endpoint{Model: "meta-llama/Llama-3.1-8B-Instruct", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 0}
 	got := ks.BlockKey(ep, tier.GPU, 0x7b05ab3397532bcc)
-	want := "/kvindex/v1/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"
+	want := "/kvindex/v2/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"
 	if got != want {
 		t.Fatalf("BlockKey:\n got %s\nwant %s", got, want)
 	}
-	if got, want := ks.EndpointKey(ep), "/kvindex/v1/endpoints/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0"; got != want {
+	if got, want := ks.EndpointKey(ep), "/kvindex/v2/endpoints/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0"; got != want {
 		t.Fatalf("EndpointKey:\n got %s\nwant %s", got, want)
 	}
 }
@@ -77,10 +77,10 @@ func TestKeysRoundTrip(t *testing.T) {
 func TestPartitionKeysRoundTrip(t *testing.T) {
 	ks := Default()
 	p := Partition{Topic: "kvindex-events", Partition: 11}
-	if got, want := ks.OffsetKey(p), "/kvindex/v1/offsets/kvindex-events/11"; got != want {
+	if got, want := ks.OffsetKey(p), "/kvindex/v2/offsets/kvindex-events/11"; got != want {
 		t.Fatalf("OffsetKey = %q, want %q", got, want)
 	}
-	if got, want := ks.OwnerKey(p), "/kvindex/v1/owners/kvindex-events/11"; got != want {
+	if got, want := ks.OwnerKey(p), "/kvindex/v2/owners/kvindex-events/11"; got != want {
 		t.Fatalf("OwnerKey = %q, want %q", got, want)
 	}
 	for _, key := range []string{ks.OffsetKey(p)} {
@@ -106,20 +106,20 @@ func TestParseRejectsMalformedKeys(t *testing.T) {
 	ks := Default()
 	block := []string{
 		"/other/blocks/m/p/0/gpu/0000000000000001",
-		"/kvindex/v1/blocks/m/p/0/gpu/000000000000001",   // 15 digits
-		"/kvindex/v1/blocks/m/p/0/gpu/000000000000000G",  // not hex
-		"/kvindex/v1/blocks/m/p/0/gpu/00000000000000AB",  // upper case
-		"/kvindex/v1/blocks/m/p/0/hbm/0000000000000001",  // unknown tier
-		"/kvindex/v1/blocks/m/p/01/gpu/0000000000000001", // leading zero
-		"/kvindex/v1/blocks/m/p/-1/gpu/0000000000000001",
-		"/kvindex/v1/blocks/m/p/4294967296/gpu/0000000000000001", // rank overflow
-		"/kvindex/v1/blocks/m/0/gpu/0000000000000001",            // missing pod
-		"/kvindex/v1/blocks/m/a/b/0/gpu/0000000000000001",        // extra segment
-		"/kvindex/v1/blocks/m//0/gpu/0000000000000001",           // empty pod
-		"/kvindex/v1/blocks/%6D/p/0/gpu/0000000000000001",        // non-canonical escape of "m"
-		"/kvindex/v1/blocks/m/p%zz/0/gpu/0000000000000001",       // bad escape
-		"/kvindex/v1/blocks/m/%FF/0/gpu/0000000000000001",        // not UTF-8
-		"/kvindex/v1/endpoints/m/p/0",
+		"/kvindex/v2/blocks/m/p/0/gpu/000000000000001",   // 15 digits
+		"/kvindex/v2/blocks/m/p/0/gpu/000000000000000G",  // not hex
+		"/kvindex/v2/blocks/m/p/0/gpu/00000000000000AB",  // upper case
+		"/kvindex/v2/blocks/m/p/0/hbm/0000000000000001",  // unknown tier
+		"/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", // leading zero
+		"/kvindex/v2/blocks/m/p/-1/gpu/0000000000000001",
+		"/kvindex/v2/blocks/m/p/4294967296/gpu/0000000000000001", // rank overflow
+		"/kvindex/v2/blocks/m/0/gpu/0000000000000001",            // missing pod
+		"/kvindex/v2/blocks/m/a/b/0/gpu/0000000000000001",        // extra segment
+		"/kvindex/v2/blocks/m//0/gpu/0000000000000001",           // empty pod
+		"/kvindex/v2/blocks/%6D/p/0/gpu/0000000000000001",        // non-canonical escape of "m"
+		"/kvindex/v2/blocks/m/p%zz/0/gpu/0000000000000001",       // bad escape
+		"/kvindex/v2/blocks/m/%FF/0/gpu/0000000000000001",        // not UTF-8
+		"/kvindex/v2/endpoints/m/p/0",
 	}
 	for _, key := range block {
 		if _, err := ks.ParseBlockKey(key); !errors.Is(err, ErrMalformedKey) {
@@ -127,10 +127,10 @@ func TestParseRejectsMalformedKeys(t *testing.T) {
 		}
 	}
 	endpoint := []string{
-		"/kvindex/v1/endpoints/m/p",
-		"/kvindex/v1/endpoints/m/p/0/x",
-		"/kvindex/v1/endpoints/m/p/x",
-		"/kvindex/v1/blocks/m/p/0",
+		"/kvindex/v2/endpoints/m/p",
+		"/kvindex/v2/endpoints/m/p/0/x",
+		"/kvindex/v2/endpoints/m/p/x",
+		"/kvindex/v2/blocks/m/p/0",
 	}
 	for _, key := range endpoint {
 		if _, err := ks.ParseEndpointKey(key); !errors.Is(err, ErrMalformedKey) {
@@ -138,11 +138,11 @@ func TestParseRejectsMalformedKeys(t *testing.T) {
 		}
 	}
 	partition := []string{
-		"/kvindex/v1/offsets/t",
-		"/kvindex/v1/offsets/t/-1",
-		"/kvindex/v1/offsets/t/2147483648",
-		"/kvindex/v1/offsets/t/1/2",
-		"/kvindex/v1/offsets//1",
+		"/kvindex/v2/offsets/t",
+		"/kvindex/v2/offsets/t/-1",
+		"/kvindex/v2/offsets/t/2147483648",
+		"/kvindex/v2/offsets/t/1/2",
+		"/kvindex/v2/offsets//1",
 	}
 	for _, key := range partition {
 		if _, err := ks.ParseOffsetKey(key); !errors.Is(err, ErrMalformedKey) {
@@ -183,7 +183,7 @@ func TestNewRejectsBadPrefix(t *testing.T) {
 
 func TestRangeEnd(t *testing.T) {
 	tests := map[string]string{
-		"/kvindex/v1/blocks/": "/kvindex/v1/blocks0",
+		"/kvindex/v2/blocks/": "/kvindex/v2/blocks0",
 		"a\xff":               "b",
 		"\xff\xff":            "\x00",
 	}
@@ -304,7 +304,7 @@ func TestMemberKeyRoundTrip(t *testing.T) {
 	p := Partition{Topic: "kv events", Partition: 7}
 	ep := Endpoint{Model: "meta/llama", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 2}
 	key := ks.MemberKey(p, ep)
-	if diff := cmp.Diff("/kvindex/v1/members/kv%20events/7/meta%2Fllama/team-a%2Fvllm%200@10.0.0.5:8000/2", key); diff != "" {
+	if diff := cmp.Diff("/kvindex/v2/members/kv%20events/7/meta%2Fllama/team-a%2Fvllm%200@10.0.0.5:8000/2", key); diff != "" {
 		t.Errorf("MemberKey (-want +got):\n%s", diff)
 	}
 	if !strings.HasPrefix(key, ks.MembersPrefix(p)) || ks.KindOf(key) != KindMember {
@@ -317,7 +317,7 @@ func TestMemberKeyRoundTrip(t *testing.T) {
 	if diff := cmp.Diff([2]any{p, ep}, [2]any{gotP, gotEp}); diff != "" {
 		t.Errorf("ParseMemberKey (-want +got):\n%s", diff)
 	}
-	for _, bad := range []string{"/kvindex/v1/members/t/7", "/kvindex/v1/members/t/x/m/p/0", "/kvindex/v1/members/t/7/m/p", "/kvindex/v1/endpoints/m/p/0"} {
+	for _, bad := range []string{"/kvindex/v2/members/t/7", "/kvindex/v2/members/t/x/m/p/0", "/kvindex/v2/members/t/7/m/p", "/kvindex/v2/endpoints/m/p/0"} {
 		if _, _, err := ks.ParseMemberKey(bad); !errors.Is(err, ErrMalformedKey) {
 			t.Errorf("ParseMemberKey(%q) = %v, want ErrMalformedKey", bad, err)
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // Record header names and values (DESIGN "Kafka record contract").
@@ -144,9 +145,9 @@ func parseCanonical(s string, bits int) (uint64, bool) {
 }
 
 // applier is the first of the write path's three parts: it applies a
-// partition's records, in order, to the open window (DESIGN semantics 1-8,
-// docs/semantics.md), turning events into block ops, range drops and
-// endpoint-record changes. It does no I/O: everything it decides is
+// partition's records, in order, to the endpoints' chunk state and the
+// open window (DESIGN semantics 1-8, docs/semantics.md), turning events
+// into chunk changes, drops and endpoint-record changes. It does no I/O: everything it decides is
 // written later by commit, and every input to a decision is the
 // endpoints' state (as of the stored offset plus the records applied
 // since) and the record itself. One function per record kind and event
@@ -160,6 +161,8 @@ type applier struct {
 	// mediums is the fingerprint of cfg.Mediums (DESIGN v1.1): every
 	// endpoint record carries the one it was written under.
 	mediums string
+	// rule is the chunk rule's size and merge threshold.
+	rule chunkRule
 
 	// eps are the partition's endpoints; win the open window.
 	eps map[keyspace.Endpoint]*endpoint
@@ -195,16 +198,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if a.out != nil {
 		a.out.saw(r.Timestamp) // evidence for the topic-wide outage rule
 	}
-	// The partition clock: the record's timestamp while behind, wall time
-	// once caught up, and never a time in the future (a producer's clock,
-	// on a topic without LogAppendTime, must not expire every other
-	// endpoint or make one immortal).
-	if now := a.cfg.Clock.Now(); behind && r.Timestamp.Before(now) {
-		a.advanceClock(r.Timestamp)
-	} else {
-		a.advanceClock(now)
-	}
-	a.expire()
+	a.recordClock(r.Timestamp, behind)
 	h := parseHeaders(r.Headers)
 	skip := func(reason string, args ...any) {
 		a.m.skippedRecords.WithLabelValues(reason).Inc()
@@ -355,10 +349,8 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 		reason = "gap"
 	}
 	switch {
-	case reason == "no_seq" && !ep.mayHaveBlocks:
-		// Nothing of it is in etcd: voiding its queued ops (if any), and
-		// forgetting the map entries they made, is the whole drop.
-		ep.epoch++
+	case reason == "no_seq" && !ep.hasChunks():
+		// It has no blocks: forgetting the map entries is the whole drop.
 		a.maps.clear(ep)
 	case reason != "":
 		a.log.Info("dropping an endpoint's blocks", "reason", reason, "endpoint", ep.id.String(), "seq", seq, "offset", offset)
@@ -376,14 +368,14 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 	return true
 }
 
-// stored applies a BlockStored event: a put per block hash, and the
-// endpoint's block size.
+// stored applies a BlockStored event: a store of each block hash by the
+// chunk rule, and the endpoint's block size.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
 	if a.tokenMode() {
 		a.storedTokens(ep, ev)
 	} else {
 		for _, hash := range ev.BlockHashes {
-			a.win.ops.add(ep, ev.Tier, hash, false)
+			a.store(ep, ev.Tier, hash, hash)
 		}
 	}
 	if ev.BlockSize > 0 {
@@ -391,15 +383,28 @@ func (a *applier) stored(ep *endpoint, ev *events.Event) {
 	}
 }
 
-// removed applies a BlockRemoved event: a delete per block hash.
+// removed applies a BlockRemoved event: a removal of each block hash.
 func (a *applier) removed(ep *endpoint, ev *events.Event) {
 	if a.tokenMode() {
 		a.removedTokens(ep, ev)
 		return
 	}
 	for _, hash := range ev.BlockHashes {
-		a.win.ops.add(ep, ev.Tier, hash, true)
+		a.remove(ep, ev.Tier, hash)
 	}
+}
+
+// store applies one block store to ep's chunks (chunks.go): key is the
+// key hash, engine the engine hash (key again in engine-hash mode).
+func (a *applier) store(ep *endpoint, t tier.Tier, key, engine uint64) {
+	a.win.blockOps++
+	storeChunk(a.rule, ep, t, key, engine, a.win)
+}
+
+// remove applies one block removal to ep's chunks.
+func (a *applier) remove(ep *endpoint, t tier.Tier, key uint64) {
+	a.win.blockOps++
+	removeChunk(a.rule, ep, t, key, a.win)
 }
 
 // cleared applies an AllBlocksCleared event: a drop of every block of the
@@ -431,45 +436,6 @@ func (a *applier) heartbeat(id keyspace.Endpoint) {
 	a.touch(ep)
 }
 
-// advanceClock moves the partition clock for a record: its Kafka timestamp
-// while the partition is behind, wall time once caught up; never back.
-func (a *applier) advanceClock(t time.Time) {
-	if t.After(a.clock) {
-		prev := a.clock
-		a.clock = t
-		a.afterClock(prev)
-	}
-}
-
-// expire drops every endpoint silent for longer than the liveness window
-// on the partition clock, outage time left out, unless the topic is in an
-// outage or the partition within a grace (DESIGN semantics 8).
-func (a *applier) expire() {
-	a.syncOutage()
-	if !a.mayExpire() {
-		return
-	}
-	if !a.minLast.IsZero() && a.clock.Sub(a.minLast) <= a.cfg.LivenessWindow {
-		return
-	}
-	var oldest time.Time
-	for _, ep := range a.eps {
-		if a.silence(ep) > a.cfg.LivenessWindow {
-			a.log.Info("endpoint expired", "endpoint", ep.id.String(), "last_record", ep.cur.lastRecord, "clock", a.clock,
-				"outage_seconds", (a.live.credit - ep.outageCredit).Seconds())
-			a.drop(ep, "expired", true)
-			continue
-		}
-		if oldest.IsZero() || ep.cur.lastRecord.Before(oldest) {
-			oldest = ep.cur.lastRecord
-		}
-	}
-	if oldest.IsZero() {
-		oldest = a.clock
-	}
-	a.minLast = oldest
-}
-
 // touch records a batch or heartbeat of ep at the partition clock.
 func (a *applier) touch(ep *endpoint) {
 	ep.cur.lastRecord = a.clock
@@ -493,14 +459,17 @@ func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 	return ep
 }
 
-// drop decides a range drop of ep's blocks: it voids ep's queued ops and
-// queues the drop in the window, which commit writes before the window's
-// ops. With deleteRecord (goodbye, expiry) the record goes too and the
-// endpoint is forgotten: a later record of it starts a new state.
+// drop decides a drop of ep's blocks: every chunk of every tier is
+// deleted in the window (chunk rule 4), and the lease manager settles the
+// leases they emptied. With deleteRecord (goodbye, expiry) the record goes
+// too and the endpoint is forgotten: a later record of it starts a new
+// state, chunk_next 0 included.
 func (a *applier) drop(ep *endpoint, reason string, deleteRecord bool) {
 	a.m.drops.WithLabelValues(reason).Inc()
-	ep.epoch++
 	a.maps.clear(ep) // every entry names a block this drop deletes
+	for _, t := range tier.All {
+		dropChunks(ep, t, a.win)
+	}
 	a.win.drop(ep, deleteRecord)
 	if deleteRecord {
 		ep.gone = true

@@ -3,6 +3,7 @@ package ingester
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,26 +16,31 @@ import (
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 )
 
-// windowView renders what the apply part left in a window: its live ops,
-// its drops, and the endpoints it knows (those marked with a record
-// change starred).
+// windowView renders what the apply part left in a window: its chunk
+// writes ("put pod tier/seq entries" or "del pod tier/seq"), its drops,
+// and the endpoints it knows (those marked with a record change starred).
 type windowView struct {
-	Ops       []string
+	Writes    []string
 	Drops     []string
 	Endpoints []string
 }
 
+// chunkWriteString renders one chunk write of a window.
+func chunkWriteString(wr chunkWrite) string {
+	if wr.c == nil {
+		return fmt.Sprintf("del %s %s/%d", wr.ep.id.Pod, wr.tier, wr.seq)
+	}
+	keys := make([]string, len(wr.c.entries))
+	for i, e := range wr.c.entries {
+		keys[i] = fmt.Sprint(e.Key)
+	}
+	return fmt.Sprintf("put %s %s/%d %s", wr.ep.id.Pod, wr.tier, wr.seq, strings.Join(keys, ","))
+}
+
 func viewWindow(a *applier) windowView {
 	var v windowView
-	for _, op := range a.win.ops.ops {
-		if !op.live() {
-			continue
-		}
-		kind := "put"
-		if op.del {
-			kind = "del"
-		}
-		v.Ops = append(v.Ops, fmt.Sprintf("%s %s %s %d", kind, op.ep.id.Pod, op.tier, op.hash))
+	for _, wr := range a.win.writes {
+		v.Writes = append(v.Writes, chunkWriteString(wr))
 	}
 	for _, d := range a.win.drops {
 		s := "drop " + d.ep.id.Pod
@@ -59,8 +65,8 @@ func viewWindow(a *applier) windowView {
 	return v
 }
 
-// TestApplyToWindow: the apply part turns records into a window's ops,
-// drops and record changes with no etcd and no Kafka behind it (its
+// TestApplyToWindow: the apply part turns records into a window's chunk
+// writes, drops and record changes with no etcd and no Kafka behind it (its
 // metrics and logs aside, it touches only the window and the endpoints).
 func TestApplyToWindow(t *testing.T) {
 	now := time.Now()
@@ -88,42 +94,43 @@ func TestApplyToWindow(t *testing.T) {
 		{
 			name: "stores_and_removes_coalesce",
 			recs: []refmodel.Record{stored("a", "", 1, 2), removed("a", 1), stored("b", "", 3)},
-			want: windowView{Ops: []string{"del a gpu 1", "put a gpu 2", "put b gpu 3"}, Endpoints: []string{"a*", "b*"}},
+			want: windowView{Writes: []string{"put a gpu/0 2", "put b gpu/0 3"}, Endpoints: []string{"a*", "b*"}},
 		},
 		{
-			name: "clear_voids_earlier_ops_and_keeps_later_ones",
+			name: "clear_deletes_earlier_chunks_and_keeps_chunk_next",
 			recs: []refmodel.Record{stored("a", "", 1), cleared("a"), stored("a", "", 2)},
-			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"del a gpu/0", "put a gpu/1 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "goodbye_forgets_the_endpoint",
 			recs: []refmodel.Record{stored("a", "", 1), control("a", "goodbye"), stored("b", "", 2)},
-			want: windowView{Ops: []string{"put b gpu 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"b*"}},
+			want: windowView{Writes: []string{"del a gpu/0", "put b gpu/0 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"b*"}},
 		},
 		{
+			// The new state starts at chunk 0 again: one write of that key.
 			name: "a_new_state_after_goodbye",
 			recs: []refmodel.Record{stored("a", "", 1), control("a", "goodbye"), stored("a", "", 2)},
-			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"put a gpu/0 2"}, Drops: []string{"drop a with record"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "two_drops_of_one_endpoint_are_one",
 			recs: []refmodel.Record{stored("a", "", 1), control("a", "resync"), cleared("a"), stored("a", "", 2)},
-			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"del a gpu/0", "put a gpu/1 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "a_new_endpoint_needs_no_drop_for_its_first_seq",
 			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "6", 2)},
-			want: windowView{Ops: []string{"put a gpu 1", "put a gpu 2"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"put a gpu/0 1,2"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "duplicate_seq_is_skipped",
 			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "5", 2)},
-			want: windowView{Ops: []string{"put a gpu 1"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"put a gpu/0 1"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "a_gap_drops",
 			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "7", 2)},
-			want: windowView{Ops: []string{"put a gpu 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
+			want: windowView{Writes: []string{"del a gpu/0", "put a gpu/1 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "heartbeat_creates_and_resync_of_unknown_does_nothing",
@@ -149,7 +156,7 @@ func TestApplyToWindow(t *testing.T) {
 			}
 			part := keyspace.Partition{Topic: "t", Partition: 0}
 			a := &applier{cfg: &cfg, p: part, log: cfg.Logger, m: m, dec: events.NewDecoder(cfg.Mediums),
-				eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
+				rule: chunkRule{size: cfg.ChunkSize, mergeBelow: cfg.ChunkMergeBelow}, eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
 			for i, r := range tc.recs {
 				kr := ingesttest.KafkaRecord("t", r)
 				kr.Offset = int64(i)

@@ -120,9 +120,6 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 		}
 		w := in.newWorker(p, c.rev, eps[p])
 		w.offsetRev = c.offRev
-		if _, err := w.rebuildMaps(ctx); err != nil {
-			return err
-		}
 		w.hwm = end
 		switch {
 		case c.stored >= start && c.stored <= end:
@@ -132,9 +129,15 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 			w.next, w.committed = start, -1
 		default:
 			// Outside the log (or lost): the worker drops the partition's
-			// endpoints and stores the log start before consuming.
+			// endpoints and stores the log start before consuming. The
+			// drops delete the chunks etcd has now, not those of the
+			// stored offset's revision: nothing is replayed from it.
 			w.next, w.committed = c.stored, c.stored
 			w.reset = start
+			w.offsetRev = 0
+		}
+		if _, err := w.rebuild(ctx); err != nil {
+			return err
 		}
 		from := w.next
 		if w.reset >= 0 {
@@ -210,27 +213,28 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 	part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
 	log := in.log.With("partition", p)
 	win := newWindow()
-	w := &worker{
-		cfg:       &in.cfg,
-		p:         part,
-		log:       log,
-		m:         in.m,
-		kv:        in.kv,
-		leases:    in.leases,
-		ap:        applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(), eps: eps, win: win, out: in.outage},
-		win:       win,
-		eps:       eps,
-		ownerKey:  in.cfg.Keyspace.OwnerKey(part),
-		claimRev:  claimRev,
-		offsetKey: []byte(in.cfg.Keyspace.OffsetKey(part)),
-		reset:     -1,
+	ownerKey := in.cfg.Keyspace.OwnerKey(part)
+	return &worker{
+		cfg:    &in.cfg,
+		p:      part,
+		log:    log,
+		m:      in.m,
+		kv:     in.kv,
+		leases: in.leases,
+		ap: applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(),
+			rule: chunkRule{size: in.cfg.ChunkSize, mergeBelow: in.cfg.ChunkMergeBelow}, eps: eps, win: win, out: in.outage},
+		win: win,
+		eps: eps,
+		pk: &packer{cfg: &in.cfg, log: log, m: in.m, kv: in.kv, leases: in.leases, p: part, b: newTxnBuilder(in.cfg.MaxTxnOps, ownerKey),
+			claimRev: claimRev, offsetKey: []byte(in.cfg.Keyspace.OffsetKey(part)), withEngine: in.cfg.HashMode == keyspace.HashModeToken},
+		claimRev: claimRev,
+		reset:    -1,
 	}
-	w.b = w.idleBuilder()
-	return w
 }
 
-// init performs an offset reset if one is due and drops the endpoints a
-// crashed window left behind, before the first record.
+// init performs an offset reset if one is due, drops the endpoints a
+// crashed window left behind and those of the other hash mode, and writes
+// the chunks the rebuild changed, before the first record.
 func (w *worker) init(ctx context.Context) error {
 	for _, ep := range w.eps {
 		if ep.leasesDirty() {
@@ -260,13 +264,14 @@ func (w *worker) init(ctx context.Context) error {
 			w.ap.drop(ep, "hash_mode", false)
 			ep.hashMode = w.cfg.HashMode
 			w.win.markDirty(ep) // rewritten in this mode
-		case len(ep.unmapped) > 0:
-			for _, b := range ep.unmapped {
-				w.win.ops.add(ep, b.tier, b.key, true)
+		case len(ep.fixes) > 0:
+			// Chunks the rebuild had to change: written at the state kept.
+			for _, f := range ep.fixes {
+				w.win.chunkChanged(ep, f.tier, f.seq, ep.chunks[f.tier].chunks[f.seq])
 			}
-			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Add(float64(len(ep.unmapped)))
-			ep.unmapped = nil
+			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Add(float64(len(ep.fixes)))
 		}
+		ep.fixes = nil
 	}
 	if w.ap.tokenMode() {
 		w.ap.capMaps()

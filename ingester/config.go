@@ -25,13 +25,12 @@ const (
 	DefaultMaxTxnBytes      = 1 << 20
 	DefaultWindowRecords    = 1024
 	DefaultWindowOps        = 4096
-	DefaultMaxTxnsInFlight  = 4
 	DefaultQueueBytes       = 16 << 20
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultLivenessWindow   = 30 * time.Second
 	DefaultOutageThreshold  = 15 * time.Second
 	DefaultKeysPerLease     = 10_000
-	DefaultDropPageSize     = 10_000
+	DefaultChunkSize        = keyspace.DefaultChunkSize
 	DefaultSessionTimeout   = 10 * time.Second
 	DefaultRebalanceTimeout = 30 * time.Second
 	DefaultMaxMapEntries    = 4_000_000
@@ -80,12 +79,6 @@ type Config struct {
 	// operations. Default DefaultWindowOps; at least 1. A single record
 	// bigger than this still forms one window.
 	WindowOps int
-	// MaxTxnsInFlight bounds the block transactions of one partition's
-	// window that are sent without waiting for each other (the commit
-	// transaction, which stores the offset, always waits for all of them).
-	// 1 sends one at a time, building the next meanwhile. Default
-	// DefaultMaxTxnsInFlight; at least 1.
-	MaxTxnsInFlight int
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
 	// queued for one partition's worker. Beyond it the consume loop pauses
 	// fetching that partition and holds what it already fetched for it
@@ -118,14 +111,25 @@ type Config struct {
 	// than OutageThreshold after its last record: time for live pods to
 	// be heard again. Default (zero): LivenessWindow.
 	OutageGrace time.Duration
-	// KeysPerLease bounds the block keys attached to one lease; an
+	// KeysPerLease bounds the chunk keys attached to one lease; an
 	// (endpoint, tier) gets another lease shard past it, so revoking or
-	// expiring one lease deletes a bounded number of keys. Default
+	// expiring one lease deletes a bounded number of keys (10,000 chunks
+	// of 64 are 640k blocks: one lease per tier is the rule). Default
 	// DefaultKeysPerLease; at least 1.
 	KeysPerLease int
-	// DropPageSize bounds the keys one guarded range delete removes.
-	// Default DefaultDropPageSize; at least 1.
-	DropPageSize int
+	// ChunkSize is the most blocks of one chunk key (DESIGN "The chunk
+	// rule (writer)"): new blocks of an (endpoint, tier) fill its newest
+	// chunk up to it. Default DefaultChunkSize (64); between 1 and
+	// keyspace.MaxChunkEntries (256). Changing it changes only where new
+	// blocks go: chunks written under another size stay readable.
+	ChunkSize int
+	// ChunkMergeBelow is the merge rule's threshold: a chunk other than
+	// the open one left by a removal with fewer entries than this moves
+	// them, in order, to the open chunk and is deleted, so chunks that
+	// tail-first eviction thinned out do not stay sparse. Zero means
+	// ChunkSize/4 (16 for chunks of 64; 1 below a ChunkSize of 4); 1
+	// never merges (an empty chunk is deleted anyway). At most ChunkSize.
+	ChunkMergeBelow int
 
 	// SessionTimeout is the consumer group's session timeout. Default
 	// DefaultSessionTimeout (10 s); must be positive and allowed by the
@@ -152,10 +156,10 @@ type Config struct {
 	// engine-hash mode. Default DefaultMaxMapEntries; at least 1.
 	MaxMapEntries int
 	// MapRebuildPageBytes bounds the bytes of one page (one etcd Range of
-	// an endpoint's blocks) when a new owner rebuilds the token-mode maps
-	// from the block values; the page's key count follows from the
-	// endpoint's key length. Default DefaultMapRebuildPage (4 MiB); at
-	// least 4 KiB.
+	// an endpoint's chunks) when a new owner rebuilds the chunk state, and
+	// in token mode the engine-hash maps, from the chunk values; the
+	// page's key count follows from the endpoint's key length and the
+	// chunk size. Default DefaultMapRebuildPage (4 MiB); at least 4 KiB.
 	MapRebuildPageBytes int
 
 	// Mediums maps engine medium strings to tiers, matched
@@ -196,40 +200,35 @@ type TxnInfo struct {
 	Kind TxnKind
 	// Ops is its number of operations.
 	Ops int
-	// BlockOps is how many of them put or delete a single block key.
-	BlockOps int
+	// ChunkOps is how many of them put or delete a chunk key.
+	ChunkOps int
 	// Offset is the next offset it stores, or -1 when it stores none.
 	Offset int64
 }
 
-// TxnKind is what a write transaction does.
+// TxnKind is what a write transaction does. A window is one transaction
+// (TxnCommit), split into parts (TxnPart, then TxnCommit) only past what
+// etcd accepts (MaxTxnOps, MaxTxnBytes).
 type TxnKind uint8
 
 // The transaction kinds.
 const (
-	// TxnBlocks writes block puts and deletes of a window that has more
-	// transactions to come.
-	TxnBlocks TxnKind = iota + 1
-	// TxnCommit is the last transaction of a window: it writes the
-	// endpoint records and the partition's next offset.
+	// TxnPart writes chunk puts and deletes (and the records they need)
+	// of a window whose ops do not fit one transaction; more of the
+	// window follows.
+	TxnPart TxnKind = iota + 1
+	// TxnCommit is a window's transaction, or its last part: it writes
+	// the endpoint records and the partition's next offset.
 	TxnCommit
-	// TxnDrop is one guarded page of a range drop.
-	TxnDrop
-	// TxnReset stores the log-start offset after an out-of-range reset.
-	TxnReset
 )
 
 // String returns the kind's metric label.
 func (k TxnKind) String() string {
 	switch k {
-	case TxnBlocks:
-		return "blocks"
+	case TxnPart:
+		return "part"
 	case TxnCommit:
 		return "commit"
-	case TxnDrop:
-		return "drop"
-	case TxnReset:
-		return "reset"
 	}
 	return fmt.Sprintf("TxnKind(%d)", uint8(k))
 }
@@ -245,12 +244,11 @@ func DefaultConfig() Config {
 		MaxTxnBytes:         DefaultMaxTxnBytes,
 		WindowRecords:       DefaultWindowRecords,
 		WindowOps:           DefaultWindowOps,
-		MaxTxnsInFlight:     DefaultMaxTxnsInFlight,
 		QueueBytes:          DefaultQueueBytes,
 		LeaseTTL:            DefaultLeaseTTL,
 		LivenessWindow:      DefaultLivenessWindow,
 		KeysPerLease:        DefaultKeysPerLease,
-		DropPageSize:        DefaultDropPageSize,
+		ChunkSize:           DefaultChunkSize,
 		SessionTimeout:      DefaultSessionTimeout,
 		RebalanceTimeout:    DefaultRebalanceTimeout,
 		HashMode:            keyspace.HashModeToken,
@@ -279,8 +277,6 @@ func (c *Config) Validate() error {
 		return bad("WindowRecords %d: want at least 1", c.WindowRecords)
 	case c.WindowOps < 1:
 		return bad("WindowOps %d: want at least 1", c.WindowOps)
-	case c.MaxTxnsInFlight < 1:
-		return bad("MaxTxnsInFlight %d: want at least 1", c.MaxTxnsInFlight)
 	case c.QueueBytes < 64<<10:
 		return bad("QueueBytes %d: want at least 64 KiB", c.QueueBytes)
 	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:
@@ -295,8 +291,10 @@ func (c *Config) Validate() error {
 		return bad("OutageGrace %v: want a positive duration (zero: the liveness window)", c.OutageGrace)
 	case c.KeysPerLease < 1:
 		return bad("KeysPerLease %d: want at least 1", c.KeysPerLease)
-	case c.DropPageSize < 1:
-		return bad("DropPageSize %d: want at least 1", c.DropPageSize)
+	case c.ChunkSize < 1 || c.ChunkSize > keyspace.MaxChunkEntries:
+		return bad("ChunkSize %d: want between 1 and %d", c.ChunkSize, keyspace.MaxChunkEntries)
+	case c.ChunkMergeBelow < 0 || c.ChunkMergeBelow > c.ChunkSize:
+		return bad("ChunkMergeBelow %d: want between 0 (ChunkSize/4) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
 	case c.SessionTimeout <= 0:
 		return bad("SessionTimeout %v: want a positive duration", c.SessionTimeout)
 	case c.RebalanceTimeout <= 0:
@@ -371,6 +369,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.OutageGrace == 0 {
 		c.OutageGrace = c.LivenessWindow
+	}
+	if c.ChunkMergeBelow == 0 {
+		c.ChunkMergeBelow = max(1, c.ChunkSize/4)
 	}
 	return c
 }

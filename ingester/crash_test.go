@@ -44,11 +44,14 @@ func perPartitionModel(recs []refmodel.Record, parts []int32, window time.Durati
 	return blocks, eps
 }
 
-// TestCrashReplay kills the ingester at random write transactions (inside
-// multi-transaction windows and records, inside drops, before commits)
-// many times while it works through a long randomized stream, restarting
-// it each time; the final etcd contents must equal a run without crashes
-// and the reference model's prediction.
+// TestCrashReplay kills the ingester at random write transactions (before
+// the parts of windows split past a tiny MaxTxnOps, and before windows'
+// last transactions) many times while it works through a long randomized
+// stream with tail-first evictions, restarting it each time; the final
+// etcd contents must equal a run without crashes, chunk key for chunk key
+// and byte for byte (the chunk layout depends only on the op sequence),
+// and the reference model's prediction. Chunks of 4 with a merge below 2
+// put every chunk-rule boundary (fill, open, merge, empty) in play.
 func TestCrashReplay(t *testing.T) { testCrashReplay(t, keyspace.HashModeEngine) }
 
 // TestCrashReplayTokenMode is TestCrashReplay in token mode: every restart
@@ -73,7 +76,7 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
 	defer cancel()
 
-	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 1000, Pods: 6, Ranks: 2, MaxHashesPerEvent: 24})
+	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 1000, Pods: 6, Ranks: 2, MaxHashesPerEvent: 24, TailFirst: true})
 	krs := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
 		krs[i] = ingesttest.KafkaRecord(topic, r)
@@ -93,14 +96,15 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 		cfg.WindowRecords = 64
 		cfg.LivenessWindow = window
 		cfg.KeysPerLease = 50
-		cfg.DropPageSize = 20
+		cfg.ChunkSize = 4
+		cfg.ChunkMergeBelow = 2
 		cfg.Clock = clockwork.NewFakeClockAt(last)
 		return cfg
 	}
 
 	// The run without crashes.
 	clean := configure("clean")
-	var cleanTxns [5]atomic.Int64 // by kind; [0] all kinds
+	var cleanTxns [3]atomic.Int64 // by kind; [0] all kinds
 	clean.BeforeTxn = func(_ context.Context, info TxnInfo) error {
 		cleanTxns[0].Add(1)
 		cleanTxns[info.Kind].Add(1)
@@ -109,11 +113,15 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	began := time.Now()
 	r := start(t, clean)
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, clean.Keyspace, topic, end)
-	t.Logf("clean run: %v, %d transactions", time.Since(began), cleanTxns[0].Load())
+	t.Logf("clean run: %v, %d transactions (%d parts of split windows)", time.Since(began), cleanTxns[0].Load(), cleanTxns[TxnPart].Load())
+	if cleanTxns[TxnPart].Load() == 0 {
+		t.Fatal("no window was split: the test would not crash between parts")
+	}
 	// Read the clean run's result now: once its ingester stops, nobody
 	// renews its leases.
 	cleanBlocks := ingesttest.Blocks(t, ctx, e.etcd.Client, clean.Keyspace)
 	cleanEps := ingesttest.Endpoints(t, ctx, e.etcd.Client, clean.Keyspace)
+	cleanChunks := ingesttest.ChunkValues(t, ctx, e.etcd.Client, clean.Keyspace)
 	if err := r.stop(); err != nil {
 		t.Fatalf("clean run: %v", err)
 	}
@@ -125,14 +133,15 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	kinds := map[TxnKind]int{}
 	var crashBlocks []keyspace.Block
 	var crashEps map[keyspace.Endpoint]keyspace.EndpointRecord
+	var crashChunks map[string]string
 	for round := 0; ; round++ {
 		cfg := crashy
 		// Crash before the n-th transaction of one kind (0: any kind):
-		// inside a window or a multi-transaction record (blocks), just
-		// before its commit, or inside a range drop.
+		// between the parts of a split window, or just before a window's
+		// last transaction.
 		var txns atomic.Int64
 		crashAt := int64(-1)
-		crashKind := TxnKind(rng.IntN(4))
+		crashKind := TxnKind(rng.IntN(3))
 		if crashes < 30 {
 			// Spread the crash points over the whole stream.
 			crashAt = 1 + rng.Int64N(max(1, cleanTxns[crashKind].Load()/25))
@@ -160,6 +169,7 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 			}
 			crashBlocks = ingesttest.Blocks(t, ctx, e.etcd.Client, crashy.Keyspace)
 			crashEps = ingesttest.Endpoints(t, ctx, e.etcd.Client, crashy.Keyspace)
+			crashChunks = ingesttest.ChunkValues(t, ctx, e.etcd.Client, crashy.Keyspace)
 			if err := r.stop(); err != nil && !errors.Is(err, errCrash) {
 				t.Fatalf("stopping: %v", err)
 			}
@@ -187,6 +197,12 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	if diff := cmp.Diff(cleanBlocks, crashBlocks, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("crashed run differs from the clean run (-clean +crashed):\n%s", diff)
 	}
+	if diff := cmp.Diff(cleanChunks, crashChunks, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("chunk keys or values differ (-clean +crashed):\n%s", diff)
+	}
+	if diff := cmp.Diff(chunkNexts(cleanEps), chunkNexts(crashEps), cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("chunk_next differs (-clean +crashed):\n%s", diff)
+	}
 	if diff := cmp.Diff(ingesttest.SeqViews(cleanEps), ingesttest.SeqViews(crashEps)); diff != "" {
 		t.Errorf("endpoint records differ (-clean +crashed):\n%s", diff)
 	}
@@ -198,4 +214,13 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	if diff := cmp.Diff(wantEps, gotEps, sortEndpoints, cmpopts.EquateEmpty()); diff != "" {
 		t.Errorf("endpoints differ from the reference model (-model +etcd):\n%s", diff)
 	}
+}
+
+// chunkNexts projects endpoint records to their chunk_next.
+func chunkNexts(recs map[keyspace.Endpoint]keyspace.EndpointRecord) map[string]map[string]uint64 {
+	out := map[string]map[string]uint64{}
+	for id, r := range recs {
+		out[id.String()] = r.ChunkNext
+	}
+	return out
 }

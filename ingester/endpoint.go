@@ -42,15 +42,16 @@ type shard struct {
 // endpoint is a partition worker's state of one endpoint whose records
 // arrive on its partition: all of it, in one struct. The apply part reads
 // and changes the sequence state (cur), the lease manager the lease fields,
-// the writer what it knows of etcd (inEtcd, mayHaveBlocks, storedGen).
+// the chunk rule its chunks (chunks.go), the writer what it knows of etcd
+// (inEtcd, storedGen).
 type endpoint struct {
 	id keyspace.Endpoint
 	// key is the endpoint record's key, memberKey its key under the
-	// partition's members/, blocksPrefix the prefix of its block keys
-	// (computed once: every block key starts with it).
+	// partition's members/, chunksPrefix the prefix of its chunk keys
+	// (computed once: every chunk key starts with it).
 	key          string
 	memberKey    string
-	blocksPrefix string
+	chunksPrefix string
 
 	// cur is the state after the last applied record.
 	cur seqState
@@ -59,8 +60,15 @@ type endpoint struct {
 	// not age the endpoint (liveness).
 	outageCredit time.Duration
 	// base is the state as of the partition's stored offset (the window
-	// start); nil when the endpoint did not exist then.
-	base *seqState
+	// start); nil when the endpoint did not exist then. baseNext is
+	// chunk_next of each tier as of then (what a record written before
+	// the window's last transaction carries).
+	base     *seqState
+	baseNext [tier.Count + 1]uint64
+
+	// chunks is the chunk state of each tier, indexed by tier.Tier: every
+	// chunk of the endpoint in etcd once the window is written.
+	chunks [tier.Count + 1]tierChunks
 
 	// lease is the endpoint record's lease (0 until granted).
 	lease clientv3.LeaseID
@@ -69,10 +77,8 @@ type endpoint struct {
 	tiers [tier.Count + 1][]shard
 
 	// inEtcd: a record of this endpoint exists in etcd as far as the
-	// worker knows. mayHaveBlocks: etcd may hold block keys of it (false
-	// only after a drop, or for an endpoint created by this worker).
-	inEtcd        bool
-	mayHaveBlocks bool
+	// worker knows.
+	inEtcd bool
 	// leaseGen counts changes of the lease set; storedGen is the leaseGen
 	// of the newest record known to be committed (the leases are dirty
 	// while they differ). Generations, not a flag, because several
@@ -84,10 +90,6 @@ type endpoint struct {
 	// gone: dropped with its record (goodbye, expiry); a later record of
 	// the same endpoint starts a new state.
 	gone bool
-	// epoch voids pending ops of earlier epochs (a drop increments it);
-	// tierEpoch does so for one tier (a tier clear increments it).
-	epoch     uint32
-	tierEpoch [tier.Count + 1]uint32
 
 	// hashMode is the hash mode of its block keys: the worker's for an
 	// endpoint it created, the stored record's for one it loaded (until a
@@ -96,15 +98,16 @@ type endpoint struct {
 	// engine maps the endpoint's engine hashes to canonical keys in token
 	// mode (enginemap.go); nil in engine-hash mode or while empty.
 	engine engineMap
-	// unmapped are the blocks the map rebuild found that cannot enter the
-	// map (rebuild.go); the worker deletes them before the first record.
-	unmapped []tierKey
+	// fixes are the chunks whose rebuilt state differs from their value
+	// in etcd (entries that could not be kept, rebuild.go): the worker
+	// writes them, at the state kept, before the first record.
+	fixes []chunkFix
 }
 
-// tierKey is one block key of an endpoint: its tier and key hash.
-type tierKey struct {
+// chunkFix is one chunk of an endpoint the rebuild had to change.
+type chunkFix struct {
 	tier tier.Tier
-	key  uint64
+	seq  uint64
 }
 
 // leasesChanged records a change of the lease set: the next transaction
@@ -116,12 +119,12 @@ func (e *endpoint) leasesChanged() { e.leaseGen++ }
 func (e *endpoint) leasesDirty() bool { return e.leaseGen != e.storedGen }
 
 func newEndpoint(ks keyspace.Keyspace, p keyspace.Partition, id keyspace.Endpoint) *endpoint {
-	return &endpoint{id: id, key: ks.EndpointKey(id), memberKey: ks.MemberKey(p, id), blocksPrefix: ks.EndpointBlocksPrefix(id)}
+	return &endpoint{id: id, key: ks.EndpointKey(id), memberKey: ks.MemberKey(p, id), chunksPrefix: ks.EndpointChunksPrefix(id)}
 }
 
-// record builds the endpoint record to store from state st and the current
-// leases.
-func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointRecord {
+// record builds the endpoint record to store from state st, chunk_next
+// next and the current leases.
+func (e *endpoint) record(st *seqState, next *[tier.Count + 1]uint64, p keyspace.Partition) keyspace.EndpointRecord {
 	r := keyspace.EndpointRecord{
 		BlockSize:   st.blockSize,
 		HashMode:    e.hashMode,
@@ -151,6 +154,15 @@ func (e *endpoint) record(st *seqState, p keyspace.Partition) keyspace.EndpointR
 		}
 		r.TierLeases[t.String()] = shards
 	}
+	for _, t := range tier.All {
+		if next[t] == 0 {
+			continue
+		}
+		if r.ChunkNext == nil {
+			r.ChunkNext = make(map[string]uint64, tier.Count)
+		}
+		r.ChunkNext[t.String()] = next[t]
+	}
 	return r
 }
 
@@ -173,9 +185,12 @@ func (e *endpoint) fromRecord(r *keyspace.EndpointRecord) {
 			e.tiers[t] = append(e.tiers[t], shard{id: clientv3.LeaseID(s.ID), keys: s.Keys})
 		}
 	}
+	for _, t := range tier.All {
+		e.chunks[t].next = r.ChunkNext[t.String()]
+	}
+	e.baseNext = e.chunkNext()
 	e.hashMode = r.HashMode
 	e.inEtcd = true
-	e.mayHaveBlocks = true
 }
 
 // leaseIDs appends every lease of the endpoint to dst.
@@ -189,4 +204,17 @@ func (e *endpoint) leaseIDs(dst []clientv3.LeaseID) []clientv3.LeaseID {
 		}
 	}
 	return dst
+}
+
+// holds reports whether id is one of the lease shards of ep's tier t.
+func (e *endpoint) holds(t tier.Tier, id clientv3.LeaseID) bool {
+	if id == 0 {
+		return false
+	}
+	for _, s := range e.tiers[t] {
+		if s.id == id {
+			return true
+		}
+	}
+	return false
 }

@@ -28,8 +28,8 @@ const (
 	// unknownRemoval: a BlockRemoved of an engine hash the endpoint's map
 	// does not hold: a no-op (semantics 2), counted.
 	unknownRemoval = "unknown_removal"
-	// unmappedBlock: a block a new owner's map rebuild found that cannot
-	// enter the map (rebuild.go); it is deleted.
+	// unmappedBlock: a chunk entry a new owner's rebuild found that cannot
+	// be kept (rebuild.go); its chunk is rewritten without it.
 	unmappedBlock = "unmapped"
 )
 
@@ -89,17 +89,17 @@ func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 	}
 }
 
-// storeKey records engine hash h present in tier t under key and queues
-// the put. An engine hash that had another key loses it: that key's
+// storeKey records engine hash h present in tier t under key and stores
+// the block. An engine hash that had another key loses it: that key's
 // copies are deleted, so no removal can miss them.
 func (a *applier) storeKey(ep *endpoint, t tier.Tier, h, key uint64) {
 	old, oldTiers := a.maps.store(ep, h, key, t)
 	for _, ot := range tier.All {
 		if oldTiers&bit(ot) != 0 {
-			a.win.ops.addValue(ep, ot, old, true, 0)
+			a.remove(ep, ot, old)
 		}
 	}
-	a.win.ops.addValue(ep, t, key, false, h)
+	a.store(ep, t, key, h)
 }
 
 // removedTokens applies one BlockRemoved in token mode: each engine hash's
@@ -112,7 +112,7 @@ func (a *applier) removedTokens(ep *endpoint, ev *events.Event) {
 			a.unkeyed(unknownRemoval, 1)
 			continue
 		}
-		a.win.ops.addValue(ep, ev.Tier, key, true, 0)
+		a.remove(ep, ev.Tier, key)
 	}
 }
 

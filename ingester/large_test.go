@@ -35,8 +35,9 @@ func chain(n int, seed uint64) []uint64 {
 }
 
 // TestLargeEvents: 1000- and 5000-block events land whole through an etcd
-// that allows only 128 ops per transaction, their keys spread over lease
-// shards of bounded size; removals and a paged clear empty them.
+// that allows only 128 ops per transaction (chunks of 8: a 5000-block
+// window is 625 chunk puts, split into parts), their chunk keys spread
+// over lease shards of bounded size; removals and a clear empty them.
 func TestLargeEvents(t *testing.T) {
 	const topic = "large"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(128))
@@ -44,8 +45,8 @@ func TestLargeEvents(t *testing.T) {
 	defer cancel()
 	cfg := e.config(t, topic, "g-large", "/kvindex/large/")
 	cfg.MaxTxnOps = 128
-	cfg.KeysPerLease = 1000
-	cfg.DropPageSize = 1500
+	cfg.KeysPerLease = 100
+	cfg.ChunkSize = 8
 	start(t, cfg)
 
 	const model = "m"
@@ -87,21 +88,21 @@ func TestLargeEvents(t *testing.T) {
 		}
 	}
 
-	// Every block key of a tier hangs on a lease of that (endpoint, tier),
+	// Every chunk key of a tier hangs on a lease of that (endpoint, tier),
 	// none holding more than KeysPerLease keys plus one transaction's worth.
-	kvs, err := ingesttest.KVs(ctx, e.etcd.Client, cfg.Keyspace.BlocksPrefix())
+	kvs, err := ingesttest.KVs(ctx, e.etcd.Client, cfg.Keyspace.ChunksPrefix())
 	if err != nil {
 		t.Fatal(err)
 	}
 	perLease := map[int64]int{}
 	for _, kv := range kvs {
 		if kv.Lease == 0 {
-			t.Fatalf("block key %s has no lease", kv.Key)
+			t.Fatalf("chunk key %s has no lease", kv.Key)
 		}
 		perLease[kv.Lease]++
 	}
 	if len(perLease) < 6 {
-		t.Errorf("6000 keys on %d leases, want at least 6 with KeysPerLease 1000", len(perLease))
+		t.Errorf("750 chunk keys on %d leases, want at least 6 with KeysPerLease 100", len(perLease))
 	}
 	for id, n := range perLease {
 		if n > cfg.KeysPerLease+cfg.MaxTxnOps {

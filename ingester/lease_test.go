@@ -24,8 +24,8 @@ func store(t *testing.T, pod string, at time.Time, hashes ...uint64) refmodel.Re
 	return batchRecord(t, "m", pod, at, events.Event{Type: events.BlockStored, BlockHashes: hashes, Medium: "GPU"})
 }
 
-// present reports whether pod's endpoint record exists and how many block
-// keys it has.
+// present reports whether pod's endpoint record exists and how many
+// blocks its chunks hold.
 func present(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, pod string) (bool, int) {
 	t.Helper()
 	id := keyspace.Endpoint{Model: "m", Pod: pod}
@@ -33,11 +33,7 @@ func present(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, po
 	if err != nil {
 		t.Fatal(err)
 	}
-	blocks, err := e.etcd.Client.Get(ctx, ks.EndpointBlocksPrefix(id), clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(resp.Kvs) == 1, int(blocks.Count)
+	return len(resp.Kvs) == 1, blockCount(t, ctx, e, ks, id)
 }
 
 // shortLeases sets the shortest lease TTL the 2/3 rule allows with the
@@ -260,7 +256,8 @@ func TestReplayNeverRevives(t *testing.T) {
 // TestExpiredLeaseRegranted: a write whose lease expired under the
 // ingester (revoked here behind its back, as etcd does to a lease nobody
 // renewed) re-grants a lease and retries; the endpoint record names the new
-// lease.
+// lease. The chunk the expired lease took is put again whole (its blocks
+// are still present by the records), on the new lease.
 func TestExpiredLeaseRegranted(t *testing.T) {
 	const topic = "regrant"
 	e := newEnv(t, 1, []string{topic})
@@ -279,17 +276,17 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 	}
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
 		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", now, 3)}))
-	if ok, n := present(t, ctx, e, cfg.Keyspace, "pod"); !ok || n != 1 {
-		t.Errorf("after the lease expired: record %v, %d blocks; want the new block only (the expired lease took 1 and 2)", ok, n)
+	if ok, n := present(t, ctx, e, cfg.Keyspace, "pod"); !ok || n != 3 {
+		t.Errorf("after the lease expired: record %v, %d blocks; want 3 (the chunk the expired lease took, written again with block 3)", ok, n)
 	}
 	after := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
 	shards := after.TierLeases["gpu"]
 	if len(shards) != 1 || shards[0].ID == old {
 		t.Errorf("gpu leases after the expiry = %+v, want one new lease (old %v)", shards, old)
 	}
-	lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, cfg.Keyspace.BlockKey(id, tier.GPU, 3))
+	lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, chunkKeyOf(t, ctx, e, cfg.Keyspace, id, tier.GPU, 3))
 	if err != nil || int64(lease) != int64(shards[0].ID) {
-		t.Errorf("block 3 hangs on lease %x (%v), want the recorded %v", lease, err, shards[0].ID)
+		t.Errorf("block 3's chunk hangs on lease %x (%v), want the recorded %v", lease, err, shards[0].ID)
 	}
 	if n := promtest.ToFloat64(r.in.m.leaseRegrants); n < 1 {
 		t.Errorf("lease regrants = %v, want at least 1", n)
@@ -301,6 +298,7 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 // batch) recounts its shards' keys in etcd a bounded number of times, not
 // every few batches; and once it grows to more than twice the bound, its
 // keys spread over enough leases that none holds more than KeysPerLease.
+// Chunks of one block make every block a key of its own.
 func TestLeaseRecountsBounded(t *testing.T) {
 	const topic = "recount"
 	e := newEnv(t, 1, []string{topic})
@@ -308,6 +306,7 @@ func TestLeaseRecountsBounded(t *testing.T) {
 	defer cancel()
 	cfg := e.config(t, topic, "g-recount", "/kvindex/recount/")
 	cfg.KeysPerLease = 50
+	cfg.ChunkSize = 1
 	r := start(t, cfg)
 
 	const live, churn, grow = 40, 100, 80
@@ -350,7 +349,7 @@ func TestLeaseRecountsBounded(t *testing.T) {
 	}
 	perLease := map[clientv3.LeaseID]int{}
 	for _, h := range hashes[len(hashes)-want:] {
-		lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, cfg.Keyspace.BlockKey(id, tier.GPU, h))
+		lease, err := ingesttest.LeaseOf(ctx, e.etcd.Client, chunkKeyOf(t, ctx, e, cfg.Keyspace, id, tier.GPU, h))
 		if err != nil {
 			t.Fatal(err)
 		}

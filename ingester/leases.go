@@ -178,34 +178,78 @@ func (lm *leaseManager) adopt(ctx context.Context, eps []*endpoint) error {
 
 // settle gives every lease decision of a window its answer before the
 // window is packed: each endpoint whose record the window writes gets a
-// record lease, and each live put the shard it attaches to. window numbers
-// the window (shards count the keys assigned in it that etcd may not count
-// yet). Ops that already name a lease keep it.
-func (lm *leaseManager) settle(ctx context.Context, dirty []*endpoint, ops []pendingOp, window uint64) error {
-	for _, ep := range dirty {
+// record lease, and each chunk the window puts a shard of its (endpoint,
+// tier) to attach to. A chunk keeps the shard it has while its endpoint
+// still holds that shard (a rewrite moves no key between leases); a new
+// chunk, or one whose shard is gone, gets the tier's newest. window
+// numbers the window (shards count the keys assigned in it that etcd may
+// not count yet).
+func (lm *leaseManager) settle(ctx context.Context, win *window, window uint64) error {
+	for _, ep := range win.dirty {
 		if !ep.gone && ep.lease == 0 {
 			if err := lm.recordLease(ctx, ep); err != nil {
 				return err
 			}
 		}
 	}
-	for k := range ops {
-		op := &ops[k]
-		if !op.live() || op.del || op.lease != 0 {
+	for k := range win.writes {
+		wr := &win.writes[k]
+		if wr.c == nil || wr.ep.holds(wr.tier, wr.c.lease) {
 			continue
 		}
-		if op.ep.lease == 0 {
-			if err := lm.recordLease(ctx, op.ep); err != nil {
+		if wr.ep.lease == 0 {
+			if err := lm.recordLease(ctx, wr.ep); err != nil {
 				return err
 			}
 		}
-		id, err := lm.assign(ctx, op.ep, op.tier, window)
+		id, err := lm.assign(ctx, wr.ep, wr.tier, window)
 		if err != nil {
 			return err
 		}
-		op.lease = id
+		wr.c.lease = id
 	}
 	return nil
+}
+
+// retire settles the leases the window's drops emptied, without an RPC,
+// before the window's puts are given theirs: each tier a drop covered
+// keeps its first shard (its count now 0) for the chunks to come, and its
+// other shards are returned; an endpoint dropped with its record returns
+// every lease. The caller revokes what is returned once the window is in
+// etcd: revoking a lease first would delete keys outside the guarded
+// transaction (a fenced writer must change nothing).
+func (lm *leaseManager) retire(win *window) []clientv3.LeaseID {
+	var ids []clientv3.LeaseID
+	for _, d := range win.drops {
+		ep := d.ep
+		if d.deleteRecord {
+			ids = ep.leaseIDs(ids)
+			continue
+		}
+		changed := false
+		for _, t := range tier.All {
+			if !d.all && !d.tiers[t] {
+				continue
+			}
+			for i := range ep.tiers[t] {
+				ep.tiers[t][i].keys = 0
+			}
+			if len(ep.tiers[t]) <= 1 {
+				continue
+			}
+			for _, s := range ep.tiers[t][1:] {
+				ids = append(ids, s.id)
+			}
+			clear(ep.tiers[t][1:])
+			ep.tiers[t] = ep.tiers[t][:1]
+			changed = true
+		}
+		if changed {
+			ep.leasesChanged()
+			win.markDirty(ep)
+		}
+	}
+	return ids
 }
 
 // recordLease grants ep's record lease.
@@ -299,60 +343,18 @@ func (lm *leaseManager) recount(ctx context.Context, ep *endpoint, t tier.Tier, 
 	return nil
 }
 
-// emptied settles ep's leases after a drop that kept its record: the
-// shards hold no keys now; each tier keeps its first shard for the blocks
-// to come and the others are revoked. It reports whether the lease set
-// changed (the record must be rewritten).
-func (lm *leaseManager) emptied(ctx context.Context, ep *endpoint) bool {
-	changed := false
-	for _, t := range tier.All {
-		if lm.emptiedTier(ctx, ep, t) {
-			changed = true
-		}
-	}
-	return changed
-}
-
-// emptiedTier is emptied for one tier of ep, after a tier clear (DESIGN
-// v1.1 TierBlocksCleared) or as part of a whole drop.
-func (lm *leaseManager) emptiedTier(ctx context.Context, ep *endpoint, t tier.Tier) bool {
-	for i := range ep.tiers[t] {
-		ep.tiers[t][i].keys = 0
-	}
-	if len(ep.tiers[t]) <= 1 {
-		return false
-	}
-	for _, s := range ep.tiers[t][1:] {
-		lm.revoke(ctx, s.id)
-	}
-	clear(ep.tiers[t][1:])
-	ep.tiers[t] = ep.tiers[t][:1]
-	ep.leasesChanged()
-	return true
-}
-
-// forget revokes every lease of ep, dropped with its record: they hold no
-// keys.
-func (lm *leaseManager) forget(ctx context.Context, ep *endpoint) {
-	lm.revoke(ctx, ep.leaseIDs(nil)...)
-}
-
 // repair handles a transaction refused for a lease etcd no longer has (it
 // expired: the ingester could not renew it for a TTL). It checks the
-// leases of the partition's endpoints and of the window's ops, forgets the
-// expired ones, and clears them from the ops, so the next settle grants
-// fresh ones; an endpoint whose record lease expired lost its record and is
-// marked for the commit transaction. The keys etcd deleted with the leases
-// are lost (missed hits, never ghost hits).
+// leases of the partition's endpoints, forgets the expired ones, so the
+// next settle grants fresh ones for every chunk that named one; an
+// endpoint whose record lease expired lost its record and is marked for
+// the window's last transaction. The keys etcd deleted with the leases
+// are lost until their chunks are written again (missed hits, never ghost
+// hits).
 func (lm *leaseManager) repair(ctx context.Context, eps []*endpoint, win *window) error {
 	var ids []clientv3.LeaseID
 	for _, ep := range eps {
 		ids = ep.leaseIDs(ids)
-	}
-	for k := range win.ops.ops {
-		if id := win.ops.ops[k].lease; id != 0 {
-			ids = append(ids, id)
-		}
 	}
 	alive, err := lm.live(ctx, ids)
 	if err != nil {
@@ -380,11 +382,6 @@ func (lm *leaseManager) repair(ctx context.Context, eps []*endpoint, win *window
 			}
 			clear(ep.tiers[t][len(kept):])
 			ep.tiers[t] = kept
-		}
-	}
-	for k := range win.ops.ops {
-		if op := &win.ops.ops[k]; dead(op.lease) {
-			op.lease = 0
 		}
 	}
 	lm.log.Warn("leases expired under this ingester; granting new ones")

@@ -12,8 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
+	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
@@ -139,3 +141,32 @@ func (r *running) waitOwned(t *testing.T, ctx context.Context, n int) {
 }
 
 var errCrash = errors.New("injected crash")
+
+// blockCount counts the blocks of id in etcd (the entries of its chunks).
+func blockCount(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, id keyspace.Endpoint) int {
+	t.Helper()
+	n := 0
+	for _, c := range ingesttest.Chunks(t, ctx, e.etcd.Client, ks) {
+		if c.Endpoint == id {
+			n += len(c.Entries)
+		}
+	}
+	return n
+}
+
+// chunkKeyOf returns the key of the chunk of (id, t) that holds hash, or
+// "" when none does.
+func chunkKeyOf(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, id keyspace.Endpoint, tr tier.Tier, hash uint64) string {
+	t.Helper()
+	for _, c := range ingesttest.Chunks(t, ctx, e.etcd.Client, ks) {
+		if c.Endpoint != id || c.Tier != tr {
+			continue
+		}
+		for _, en := range c.Entries {
+			if en.Key == hash {
+				return c.Key
+			}
+		}
+	}
+	return ""
+}

@@ -44,9 +44,9 @@ func TestOffsetOutOfRange(t *testing.T) {
 		if err := r.stop(); err != nil {
 			t.Fatal(err)
 		}
-		// A stale block no record explains, and an offset past the log end.
-		stale := cfg.Keyspace.BlockKey(keyspace.Endpoint{Model: "m", Pod: "a"}, tier.GPU, 99)
-		if _, err := e.etcd.Client.Put(ctx, stale, ""); err != nil {
+		// A stale chunk no record explains, and an offset past the log end.
+		stale := cfg.Keyspace.ChunkKey(keyspace.Endpoint{Model: "m", Pod: "a"}, tier.GPU, 99)
+		if _, err := e.etcd.Client.Put(ctx, stale, string(keyspace.AppendChunkValue(nil, []keyspace.ChunkEntry{{Key: 99, Engine: 99}}, false))); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.etcd.Client.Put(ctx, cfg.Keyspace.OffsetKey(keyspace.Partition{Topic: topic}), "1000"); err != nil {

@@ -8,12 +8,14 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
-// rebuildStats describes one partition's map rebuild, for logs and tests.
+// rebuildStats describes one partition's rebuild, for logs and tests.
 type rebuildStats struct {
 	// Revision is the etcd revision every page was read at: the stored
 	// offset's (the state the replay starts from), or, when none is
@@ -22,51 +24,48 @@ type rebuildStats struct {
 	// Latest reports that the rebuild read the newest revision instead of
 	// the stored offset's.
 	Latest bool
-	// Keys and Pages count the block keys read and the Range calls.
-	Keys, Pages int
-	// Entries is the partition's map entries after the rebuild.
+	// Chunks and Pages count the chunk keys read and the Range calls;
+	// Blocks the entries kept.
+	Chunks, Pages, Blocks int
+	// Entries is the partition's token-mode map entries after the
+	// rebuild.
 	Entries int
-	// Unmapped counts the blocks that could not enter the map (deleted
-	// before the first record).
+	// Unmapped counts the entries that could not be kept (their chunks
+	// are rewritten without them before the first record).
 	Unmapped int
 }
 
-// rebuildPageBlockOverhead approximates a block key-value's framing in a
+// rebuildPageChunkOverhead approximates a chunk key-value's framing in a
 // Range response, besides its key and value bytes, when sizing pages.
-const rebuildPageBlockOverhead = 32
+const rebuildPageChunkOverhead = 48
 
-// rebuildMaps fills the token-mode maps of w's endpoints from etcd before
-// the worker applies anything (DESIGN "Hashing"): for every loaded
-// endpoint whose record says token mode, it lists its blocks/ range, in
-// pages of at most MapRebuildPageBytes, and enters each block's value, its
-// engine hash, with the key and tier the block key names. Endpoints of the
-// other hash mode are left alone; the worker drops and rewrites them
-// (init).
+// rebuild fills the chunk state of w's endpoints, and in token mode their
+// engine-hash maps, from etcd before the worker applies anything (DESIGN
+// "The chunk rule (writer)", "Hashing"): for every loaded endpoint it
+// lists its chunks/ range, in pages of at most MapRebuildPageBytes, and
+// takes each chunk's entries, its key's sequence number and its lease;
+// chunk_next comes from the endpoint record (raised past the highest
+// sequence found, should a record lag its chunks).
 //
 // Every page is read at the revision of the stored offset (w.offsetRev,
 // which the claim read after every committed write of a previous owner):
-// the map is then the one the records before the stored offset made,
+// the state is then the one the records before the stored offset made,
 // which is what the replay's decisions must read. The newest revision
-// would also hold what an uncommitted window wrote before a crash (its
-// drops, and the block transactions that landed): a placeholder or a
-// removal replayed before the store that wrote a key would find that key,
-// one after a tier clear that landed would miss it, and the replay would
-// key differently from the run that never crashed. Only when no offset is
-// stored, or its revision was compacted away, is the newest revision read
-// (at or after the claim's, so every write of a previous owner is in, or
-// fenced out).
+// would also hold what an uncommitted window's early parts wrote before a
+// crash: the replay would then open, fill and merge other chunks than the
+// run that never crashed. Only when no offset is stored, or its revision
+// was compacted away, is the newest revision read (at or after the
+// claim's, so every write of a previous owner is in, or fenced out).
 //
-// A block that cannot enter the map would be a ghost, since no removal
-// could reach it: one whose value is not 16 lowercase hex digits, or a
-// second key of an engine hash already mapped (left by a window that
-// crashed between the delete and the put of a re-keyed block: the replay
-// of that window re-keys it). Such blocks are deleted before the first
-// record (worker.init) and counted.
-func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
+// An entry that cannot be kept would be a ghost, since no removal could
+// reach it: one of a value that does not decode or has the other hash
+// mode's width, a key already present in another chunk of its tier, or in
+// token mode a second key of an engine hash already mapped (left by a
+// window that crashed between its parts). Its chunk is rewritten without
+// it (deleted when nothing is left) before the first record (worker.init),
+// and it is counted.
+func (w *worker) rebuild(ctx context.Context) (rebuildStats, error) {
 	var st rebuildStats
-	if !w.ap.tokenMode() {
-		return st, nil
-	}
 	start := time.Now()
 	st.Revision = w.offsetRev
 	st.Latest = st.Revision == 0
@@ -81,39 +80,49 @@ func (w *worker) rebuildMaps(ctx context.Context) (rebuildStats, error) {
 		// The pinned revision was compacted away mid-rebuild: start over
 		// at the newest one (still at or after the claim's).
 		if st.Revision == w.offsetRev {
-			w.log.Warn("the stored offset's revision was compacted; rebuilding the engine-hash maps at the newest revision, which may hold writes of an uncommitted window",
+			w.log.Warn("the stored offset's revision was compacted; rebuilding the chunk state at the newest revision, which may hold writes of an uncommitted window",
 				"revision", st.Revision)
 		} else {
-			w.log.Warn("map rebuild's revision was compacted; starting over", "revision", st.Revision)
+			w.log.Warn("rebuild's revision was compacted; starting over", "revision", st.Revision)
 		}
 		for _, ep := range w.eps {
-			w.ap.maps.clear(ep)
-			ep.unmapped = nil
+			w.forgetChunks(ep)
 		}
 		st = rebuildStats{Latest: true}
 	}
+	for _, ep := range w.eps {
+		ep.baseNext = ep.chunkNext() // raised past the sequences found
+	}
 	st.Entries = w.ap.maps.entries
 	w.m.mapRebuilt.Add(float64(st.Entries))
-	w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
-	w.log.Info("engine-hash maps rebuilt", "revision", st.Revision, "latest", st.Latest, "keys", st.Keys, "pages", st.Pages, "entries", st.Entries,
-		"unmapped", st.Unmapped, "seconds", time.Since(start).Seconds())
+	if w.ap.tokenMode() {
+		w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
+	}
+	w.log.Info("chunk state rebuilt", "revision", st.Revision, "latest", st.Latest, "chunks", st.Chunks, "pages", st.Pages, "blocks", st.Blocks,
+		"map_entries", st.Entries, "unmapped", st.Unmapped, "seconds", time.Since(start).Seconds())
 	return st, nil
+}
+
+// forgetChunks empties ep's rebuilt state (before a rebuild starts over).
+func (w *worker) forgetChunks(ep *endpoint) {
+	w.ap.maps.clear(ep)
+	for _, t := range tier.All {
+		ep.chunks[t] = tierChunks{next: ep.baseNext[t]}
+	}
+	ep.fixes = nil
 }
 
 // rebuildAt runs one rebuild pass, pinning st.Revision at its first page.
 func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
-	ks := w.cfg.Keyspace
 	for _, ep := range w.eps {
-		if ep.hashMode != keyspace.HashModeToken {
-			continue
-		}
-		perBlock := len(ep.blocksPrefix) + maxTierLen + 16 + keyspace.EngineHashLen + rebuildPageBlockOverhead
-		limit := int64(max(1, w.cfg.MapRebuildPageBytes/perBlock))
-		from := []byte(ep.blocksPrefix)
-		end := []byte(keyspace.RangeEnd(ep.blocksPrefix))
+		token := ep.hashMode == keyspace.HashModeToken
+		perChunk := len(ep.chunksPrefix) + maxTierLen + 16 + keyspace.ChunkValueLen(w.ap.rule.size, token) + rebuildPageChunkOverhead
+		limit := int64(max(1, w.cfg.MapRebuildPageBytes/perChunk))
+		from := []byte(ep.chunksPrefix)
+		end := []byte(keyspace.RangeEnd(ep.chunksPrefix))
 		for {
 			var resp *pb.RangeResponse
-			err := backoff.Retry(ctx, backoff.New(20*time.Millisecond, time.Second, nil), func(ctx context.Context) error {
+			err := backoff.Retry(ctx, retryBackoff(), func(ctx context.Context) error {
 				var err error
 				resp, err = w.kv.Range(ctx, &pb.RangeRequest{Key: from, RangeEnd: end, Limit: limit, Revision: st.Revision})
 				if isCompacted(err) {
@@ -123,7 +132,7 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 				return err
 			}, nil)
 			if err != nil {
-				return fmt.Errorf("%w: rebuilding the engine-hash map of %s: %v", ErrClaim, ep.id, err)
+				return fmt.Errorf("%w: rebuilding the chunk state of %s: %v", ErrClaim, ep.id, err)
 			}
 			if resp == nil {
 				return rpctypes.ErrCompacted
@@ -136,24 +145,8 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 				st.Revision = resp.Header.Revision
 			}
 			for _, kv := range resp.Kvs {
-				st.Keys++
-				prefix, t, key, err := ks.SplitBlockKey(string(kv.Key))
-				if err != nil || prefix != ep.blocksPrefix {
-					continue // not a block key of this endpoint: nothing to map
-				}
-				h, err := keyspace.ParseEngineHash(kv.Value)
-				if err == nil {
-					if k, ok := w.ap.maps.lookup(ep, h); ok && k != key {
-						err = fmt.Errorf("engine hash %016x is mapped to %016x already", h, k)
-					} else {
-						w.ap.maps.store(ep, h, key, t)
-					}
-				}
-				if err != nil {
-					w.log.Warn("a block cannot enter the engine-hash map; deleting it", "endpoint", ep.id.String(), "key", string(kv.Key), "err", err)
-					ep.unmapped = append(ep.unmapped, tierKey{tier: t, key: key})
-					st.Unmapped++
-				}
+				st.Chunks++
+				w.rebuildChunk(ep, kv.Key, kv.Value, clientv3.LeaseID(kv.Lease), st)
 			}
 			if !resp.More || len(resp.Kvs) == 0 {
 				break
@@ -162,6 +155,65 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 		}
 	}
 	return nil
+}
+
+// rebuildChunk enters one chunk key-value of ep into its state.
+func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.LeaseID, st *rebuildStats) {
+	prefix, t, seq, err := w.cfg.Keyspace.SplitChunkKey(string(key))
+	if err != nil || prefix != ep.chunksPrefix {
+		return // not a chunk key of this endpoint
+	}
+	token := ep.hashMode == keyspace.HashModeToken
+	tc := &ep.chunks[t]
+	if tc.chunks == nil {
+		tc.chunks = make(map[uint64]*chunk)
+		tc.where = make(map[uint64]*chunk)
+	}
+	if seq >= tc.next {
+		tc.next = seq + 1
+	}
+	view, err := keyspace.ParseChunkValue(value)
+	if err == nil && view.HasEngine() != token {
+		err = fmt.Errorf("chunk entries of width %d in an endpoint of hash mode %s", value[0], ep.hashMode)
+	}
+	if err != nil {
+		w.log.Warn("a chunk cannot be kept; deleting it", "endpoint", ep.id.String(), "key", string(key), "err", err)
+		ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})
+		st.Unmapped++
+		return
+	}
+	c := &chunk{seq: seq, entries: make([]keyspace.ChunkEntry, 0, max(view.Len(), w.ap.rule.size)), lease: lease}
+	fixed := false
+	for i := 0; i < view.Len(); i++ {
+		e := view.Entry(i)
+		var why string
+		switch {
+		case tc.where[e.Key] != nil:
+			why = "its key is in another chunk already"
+		case token:
+			if k, ok := w.ap.maps.lookup(ep, e.Engine); ok && k != e.Key {
+				why = fmt.Sprintf("engine hash %016x is mapped to %016x already", e.Engine, k)
+			}
+		}
+		if why != "" {
+			w.log.Warn("a chunk entry cannot be kept; rewriting its chunk without it", "endpoint", ep.id.String(), "key", string(key), "block", e.Key, "reason", why)
+			fixed = true
+			st.Unmapped++
+			continue
+		}
+		if token {
+			w.ap.maps.store(ep, e.Engine, e.Key, t)
+		}
+		c.entries = append(c.entries, e)
+		tc.where[e.Key] = c
+	}
+	st.Blocks += len(c.entries)
+	if len(c.entries) > 0 {
+		tc.chunks[seq] = c
+	}
+	if fixed {
+		ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})
+	}
 }
 
 // isCompacted reports etcd's "required revision has been compacted", in

@@ -10,13 +10,12 @@ const (
 )
 
 // tierCleared applies a TierBlocksCleared (DESIGN semantics 3, v1.1): a
-// range drop of ep's block keys in tier t only, which voids the window's
-// queued ops of that tier (its tier epoch moves on). The other tiers, the
-// record and the sequence state stay.
+// drop of ep's chunks in tier t only; chunk_next stays. The other tiers,
+// the record and the sequence state stay.
 func (a *applier) tierCleared(ep *endpoint, t tier.Tier) {
 	a.m.drops.WithLabelValues(dropTierClear).Inc()
-	ep.tierEpoch[t]++
 	a.maps.clearTier(ep, t) // the entries only that tier held go with it
+	dropChunks(ep, t, a.win)
 	a.win.dropTier(ep, t)
 }
 

@@ -2,6 +2,7 @@ package ingester
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -97,22 +98,26 @@ func (tr *tokenRun) send(t *testing.T, ctx context.Context, recs ...refmodel.Rec
 	ingesttest.WaitApplied(t, ctx, tr.e.etcd.Client, tr.cfg.Keyspace, tr.topic, tr.seen)
 }
 
-// blockValues maps each block (endpoint pod, tier, key) to its value.
+// blockValues maps each block (endpoint pod, tier, key) to its engine
+// hash, as its chunk entry holds it (hex16).
 func blockValues(t *testing.T, ctx context.Context, cli *clientv3.Client, ks keyspace.Keyspace) map[keyspace.Block]string {
 	t.Helper()
-	kvs, err := ingesttest.KVs(ctx, cli, ks.BlocksPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[keyspace.Block]string{}
-	for _, kv := range kvs {
-		b, err := ks.ParseBlockKey(string(kv.Key))
-		if err != nil {
-			t.Fatal(err)
+	for _, c := range ingesttest.Chunks(t, ctx, cli, ks) {
+		for _, e := range c.Entries {
+			out[keyspace.Block{Endpoint: c.Endpoint, Tier: c.Tier, Hash: e.Key}] = hex16(e.Engine)
 		}
-		out[b] = string(kv.Value)
 	}
 	return out
+}
+
+// chunkValue encodes a token-mode chunk of (key, engine hash) pairs.
+func chunkValue(pairs ...uint64) string {
+	var es []keyspace.ChunkEntry
+	for i := 0; i+1 < len(pairs); i += 2 {
+		es = append(es, keyspace.ChunkEntry{Key: pairs[i], Engine: pairs[i+1]})
+	}
+	return string(keyspace.AppendChunkValue(nil, es, true))
 }
 
 func block(pod string, tr tier.Tier, key uint64) keyspace.Block {
@@ -296,12 +301,14 @@ func TestTokenModeRebuildOnClaim(t *testing.T) {
 	}
 }
 
-// TestRebuildMapsPagesAtOneRevision calls the rebuild directly: it reads
-// at one revision at or after the claim's, pages by bytes, and deletes
-// the blocks that cannot enter the map (a value that is not an engine
-// hash, a second key of one engine hash) instead of leaving them
+// TestRebuildPagesAtOneRevision calls the rebuild directly: it reads at
+// one revision at or after the claim's, pages by bytes, rebuilds chunk
+// state (sequence numbers, entries in order, leases, chunk_next) and the
+// token-mode map, and marks for rewriting the chunks whose entries cannot
+// be kept (a value that does not decode, the other mode's width, a key in
+// two chunks, a second key of one engine hash) instead of leaving them
 // unreachable.
-func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
+func TestRebuildPagesAtOneRevision(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-rb"})
@@ -310,18 +317,26 @@ func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
-	put := func(tr tier.Tier, key uint64, val string) {
+	engineID := keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"}
+	put := func(id keyspace.Endpoint, tr tier.Tier, seq uint64, val string) {
 		t.Helper()
-		if _, err := e.etcd.Client.Put(ctx, ks.BlockKey(id, tr, key), val); err != nil {
+		if _, err := e.etcd.Client.Put(ctx, ks.ChunkKey(id, tr, seq), val); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for i := range 200 {
-		put(tier.GPU, uint64(i+1), hex16(uint64(0x1000+i)))
+	// 200 blocks in 50 gpu chunks of 4: key i+1, engine hash 0x1000+i.
+	for c := range 50 {
+		var pairs []uint64
+		for i := 4 * c; i < 4*c+4; i++ {
+			pairs = append(pairs, uint64(i+1), uint64(0x1000+i))
+		}
+		put(id, tier.GPU, uint64(c), chunkValue(pairs...))
 	}
-	put(tier.CPU, 1, hex16(0x1000))   // the same block on another tier
-	put(tier.CPU, 999, hex16(0x1001)) // a second key of 0x1001
-	put(tier.Disk, 5, "not an engine hash")
+	put(id, tier.GPU, 50, chunkValue(1, 0x1000))                                                          // key 1 is in gpu/0 already
+	put(id, tier.GPU, 51, string(keyspace.AppendChunkValue(nil, []keyspace.ChunkEntry{{Key: 7}}, false))) // width 8 in token mode
+	put(id, tier.CPU, 0, chunkValue(1, 0x1000, 999, 0x1001))                                              // the same block on cpu; a second key of 0x1001
+	put(id, tier.Disk, 0, "not a chunk")
+	put(engineID, tier.GPU, 3, string(keyspace.AppendChunkValue(nil, []keyspace.ChunkEntry{{Key: 5, Engine: 5}, {Key: 6, Engine: 6}}, false)))
 	claim, err := e.etcd.Client.Put(ctx, "/kvindex/tok-rb/owners/x/0", "claim")
 	if err != nil {
 		t.Fatal(err)
@@ -337,10 +352,10 @@ func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
 	part := keyspace.Partition{Topic: "tok-rb", Partition: 0}
 	ep := newEndpoint(ks, part, id)
 	ep.hashMode = keyspace.HashModeToken
-	engineEp := newEndpoint(ks, part, keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"})
+	engineEp := newEndpoint(ks, part, engineID)
 	engineEp.hashMode = keyspace.HashModeEngine
 	w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep, engineEp.id: engineEp})
-	st, err := w.rebuildMaps(ctx)
+	st, err := w.rebuild(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,26 +363,47 @@ func TestRebuildMapsPagesAtOneRevision(t *testing.T) {
 		t.Errorf("rebuilt at revision %d, before the claim's %d", st.Revision, claim.Header.Revision)
 	}
 	if st.Pages < 3 {
-		t.Errorf("%d pages for 203 keys in 4 KiB pages, want several", st.Pages)
+		t.Errorf("%d pages for 55 chunks in 4 KiB pages, want several", st.Pages)
 	}
-	if st.Keys != 203 || st.Entries != 200 || st.Unmapped != 2 {
-		t.Errorf("rebuild stats %+v, want 203 keys, 200 entries, 2 unmapped", st)
+	// Kept: gpu 199 (key 2 names 0x1001, mapped to 999 on cpu first:
+	// keys list in key order, cpu < disk < gpu), cpu 2, engine-mode 2.
+	if st.Chunks != 55 || st.Blocks != 203 || st.Entries != 200 || st.Unmapped != 4 {
+		t.Errorf("rebuild stats %+v, want 55 chunks, 203 blocks, 200 entries, 4 unmapped", st)
 	}
 	if e, ok := ep.engine[0x1000]; !ok || e.key != 1 || e.tiers != bit(tier.GPU)|bit(tier.CPU) {
 		t.Errorf("entry of 0x1000 = %+v, %v; want key 1 in gpu and cpu", e, ok)
 	}
-	// Keys list in key order (cpu < disk < gpu): 0x1001 is first seen
-	// under cpu/999, so its gpu key is the second one.
 	if e, ok := ep.engine[0x1001]; !ok || e.key != 999 {
 		t.Errorf("entry of 0x1001 = %+v, %v; want key 999", e, ok)
 	}
-	want := []tierKey{{tier: tier.GPU, key: 2}, {tier: tier.Disk, key: 5}}
-	if diff := cmp.Diff(want, ep.unmapped, cmp.AllowUnexported(tierKey{}), cmpopts.SortSlices(func(a, b tierKey) bool { return a.key < b.key })); diff != "" {
-		t.Errorf("unmapped blocks (-want +got):\n%s", diff)
+	want := []chunkFix{{tier: tier.Disk, seq: 0}, {tier: tier.GPU, seq: 0}, {tier: tier.GPU, seq: 50}, {tier: tier.GPU, seq: 51}}
+	if diff := cmp.Diff(want, ep.fixes, cmp.AllowUnexported(chunkFix{})); diff != "" {
+		t.Errorf("chunks to rewrite (-want +got):\n%s", diff)
+	}
+	if got := chunkKeys(ep.chunks[tier.GPU].chunks[0]); !slices.Equal(got, []uint64{1, 3, 4}) {
+		t.Errorf("gpu/0 rebuilt as %v, want [1 3 4]", got)
+	}
+	if n := ep.chunks[tier.GPU].next; n != 52 {
+		t.Errorf("gpu chunk_next %d, want 52 (past the highest sequence found)", n)
 	}
 	if engineEp.engine != nil {
 		t.Errorf("an engine-mode endpoint got a map: %v", engineEp.engine)
 	}
+	if got := chunkKeys(engineEp.chunks[tier.GPU].chunks[3]); !slices.Equal(got, []uint64{5, 6}) || !engineEp.chunks[tier.GPU].has(6) {
+		t.Errorf("engine-mode gpu/3 rebuilt as %v, want [5 6]", got)
+	}
+}
+
+// chunkKeys lists a chunk's key hashes in order (nil for no chunk).
+func chunkKeys(c *chunk) []uint64 {
+	if c == nil {
+		return nil
+	}
+	var out []uint64
+	for _, e := range c.entries {
+		out = append(out, e.Key)
+	}
+	return out
 }
 
 // TestHashModeChangeDropsAndRewrites: an endpoint written in engine-hash
@@ -488,13 +524,13 @@ func TestTokenModeTierClearAndGroupChange(t *testing.T) {
 	}
 }
 
-// TestRebuildMapsAtStoredOffset: the rebuild reads the blocks as of the
+// TestRebuildAtStoredOffset: the rebuild reads the chunks as of the
 // stored offset's revision, not what a window that crashed before its
-// offset transaction wrote after it (a put that landed, a delete that
-// landed), so the replay's lookups see the state the records before the
-// stored offset made; when that revision is compacted it falls back to
-// the newest one.
-func TestRebuildMapsAtStoredOffset(t *testing.T) {
+// last transaction wrote after it (a chunk rewritten, a chunk opened), so
+// the replay's decisions see the state the records before the stored
+// offset made; when that revision is compacted it falls back to the
+// newest one.
+func TestRebuildAtStoredOffset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-off"})
@@ -503,22 +539,20 @@ func TestRebuildMapsAtStoredOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
-	blockKey := func(key uint64) string { return ks.BlockKey(id, tier.GPU, key) }
-	for _, k := range []uint64{1, 2} {
-		if _, err := e.etcd.Client.Put(ctx, blockKey(k), hex16(0x1000+k)); err != nil {
-			t.Fatal(err)
-		}
+	chunkKey := func(seq uint64) string { return ks.ChunkKey(id, tier.GPU, seq) }
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(1, 0x1001, 2, 0x1002)); err != nil {
+		t.Fatal(err)
 	}
 	part := keyspace.Partition{Topic: "tok-off", Partition: 0}
 	off, err := e.etcd.Client.Put(ctx, ks.OffsetKey(part), keyspace.FormatOffset(7))
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The uncommitted window: key 3 put, key 1 deleted, then the crash.
-	if _, err := e.etcd.Client.Put(ctx, blockKey(3), hex16(0x1003)); err != nil {
+	// The uncommitted window: key 1 removed, key 3 stored, then the crash.
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(2, 0x1002, 3, 0x1003)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.etcd.Client.Delete(ctx, blockKey(1)); err != nil {
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(1), chunkValue(4, 0x1004)); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := e.etcd.Client.Put(ctx, ks.OwnerKey(part), "claim")
@@ -536,9 +570,10 @@ func TestRebuildMapsAtStoredOffset(t *testing.T) {
 		t.Helper()
 		ep := newEndpoint(ks, part, id)
 		ep.hashMode = keyspace.HashModeToken
+		ep.chunks[tier.GPU].next = 1 // the record's chunk_next as of the offset
 		w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep})
 		w.offsetRev = off.Header.Revision
-		st, err := w.rebuildMaps(ctx)
+		st, err := w.rebuild(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -559,6 +594,9 @@ func TestRebuildMapsAtStoredOffset(t *testing.T) {
 	if diff := cmp.Diff(map[uint64]uint64{0x1001: 1, 0x1002: 2}, keys(ep)); diff != "" {
 		t.Errorf("map as of the stored offset (-want +got):\n%s", diff)
 	}
+	if got := chunkKeys(ep.chunks[tier.GPU].chunks[0]); !slices.Equal(got, []uint64{1, 2}) || ep.chunks[tier.GPU].next != 1 {
+		t.Errorf("gpu/0 as of the stored offset = %v, chunk_next %d; want [1 2], 1", got, ep.chunks[tier.GPU].next)
+	}
 
 	if _, err := e.etcd.Client.Compact(ctx, claim.Header.Revision); err != nil {
 		t.Fatal(err)
@@ -567,7 +605,10 @@ func TestRebuildMapsAtStoredOffset(t *testing.T) {
 	if !st.Latest || st.Revision < claim.Header.Revision {
 		t.Errorf("after compaction rebuilt at revision %d (latest %v), want the newest", st.Revision, st.Latest)
 	}
-	if diff := cmp.Diff(map[uint64]uint64{0x1002: 2, 0x1003: 3}, keys(ep)); diff != "" {
+	if diff := cmp.Diff(map[uint64]uint64{0x1002: 2, 0x1003: 3, 0x1004: 4}, keys(ep)); diff != "" {
 		t.Errorf("map at the newest revision (-want +got):\n%s", diff)
+	}
+	if n := ep.chunks[tier.GPU].next; n != 2 {
+		t.Errorf("chunk_next at the newest revision %d, want 2", n)
 	}
 }

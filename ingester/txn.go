@@ -22,10 +22,9 @@ const txnOverhead = 24
 
 // txnBuilder builds one guarded write transaction at a time, reusing its
 // memory: request structs live in arrays sized for MaxTxnOps, keys in an
-// arena. A built request is valid until the next reset. A worker owns a few
-// builders (one per transaction in flight). What a transaction carries is
-// the builder's state alone: the packer asks it (record) instead of
-// keeping marks on the endpoints.
+// arena. A built request is valid until the next reset. A worker's packer
+// owns one. What a transaction carries is the builder's state alone: the
+// packer asks it (record) instead of keeping marks on the endpoints.
 type txnBuilder struct {
 	req  pb.TxnRequest
 	cmp  pb.Compare
@@ -43,19 +42,20 @@ type txnBuilder struct {
 
 	// offset is the next offset this transaction stores, or -1.
 	offset int64
-	// blockOps counts the block puts and deletes added.
-	blockOps int
-	// recs are the endpoint records the transaction puts.
-	recs []recPut
+	// chunkOps counts the chunk puts and deletes added.
+	chunkOps int
+	// recs are the endpoint records the transaction puts, recDels the
+	// endpoints whose records it deletes.
+	recs    []recPut
+	recDels []*endpoint
 	// last is the index in recs of the record found by the last record
 	// call (a window's ops come endpoint by endpoint).
 	last int
 }
 
 // recPut is an endpoint record put by a transaction: the op that puts it,
-// and the endpoint's lease generation it was written with (afterTxn needs
-// it once the transaction commits; by then the endpoint may be in a later
-// transaction being built).
+// and the endpoint's lease generation it was written with (landed needs it
+// once the transaction commits).
 type recPut struct {
 	ep  *endpoint
 	op  int
@@ -81,13 +81,15 @@ func newTxnBuilder(maxOps int, ownerKey string) *txnBuilder {
 func (b *txnBuilder) reset(claimRev int64) {
 	clear(b.recs)
 	b.recs = b.recs[:0]
+	clear(b.recDels)
+	b.recDels = b.recDels[:0]
 	b.cmpu.ModRevision = claimRev
 	clear(b.ops)
 	b.ops = b.ops[:0]
 	b.arena = b.arena[:0]
 	b.bytes = len(b.cmp.Key) + 16
 	b.offset = -1
-	b.blockOps = 0
+	b.chunkOps = 0
 }
 
 func (b *txnBuilder) n() int { return len(b.ops) }
@@ -99,7 +101,7 @@ func (b *txnBuilder) key(k []byte) []byte {
 	return b.arena[start:len(b.arena):len(b.arena)]
 }
 
-// put adds a put of key (in the arena: see key and blockKey) and returns
+// put adds a put of key (in the arena: see key and packer.chunkKey) and returns
 // the op's index.
 func (b *txnBuilder) put(key, value []byte, lease clientv3.LeaseID) int {
 	i := len(b.ops)
@@ -172,47 +174,30 @@ func (b *txnBuilder) request() *pb.TxnRequest {
 // errLeaseGone reports that a transaction named a lease etcd no longer has.
 var errLeaseGone = errors.New("ingester: lease not found")
 
-// send commits b's transaction, retrying transient etcd errors until ctx
-// ends. It returns ErrFenced when the guard fails, errLeaseGone when a
-// lease expired (the caller repairs the leases and rebuilds), the
+// send commits the packer's transaction, retrying transient etcd errors
+// until ctx ends. It returns ErrFenced when the guard fails, errLeaseGone
+// when a lease expired (the caller repairs the leases and rebuilds), the
 // BeforeTxn hook's error, or ctx's error.
-func (w *worker) send(ctx context.Context, b *txnBuilder, kind TxnKind) error {
-	if err := w.beforeTxn(ctx, b, kind); err != nil {
-		return err
+func (pk *packer) send(ctx context.Context, kind TxnKind) error {
+	b := pk.b
+	if pk.cfg.BeforeTxn != nil {
+		if err := pk.cfg.BeforeTxn(ctx, TxnInfo{Partition: pk.p.Partition, Kind: kind, Ops: b.n(), ChunkOps: b.chunkOps, Offset: b.offset}); err != nil {
+			return &hookError{err}
+		}
 	}
-	return w.exec(ctx, b, kind)
-}
-
-// beforeTxn calls the Config.BeforeTxn hook for b, in the worker's
-// goroutine (so the hook sees a partition's transactions in the order they
-// are launched).
-func (w *worker) beforeTxn(ctx context.Context, b *txnBuilder, kind TxnKind) error {
-	if w.cfg.BeforeTxn == nil {
-		return nil
-	}
-	if err := w.cfg.BeforeTxn(ctx, TxnInfo{Partition: w.p.Partition, Kind: kind, Ops: b.n(), BlockOps: b.blockOps, Offset: b.offset}); err != nil {
-		return &hookError{err}
-	}
-	return nil
-}
-
-// exec commits b's transaction as send does, without the hook. It touches
-// only b and the worker's concurrency-safe fields (etcd client, metrics,
-// logger), so transactions in flight run it in their own goroutines.
-func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 	req := b.request()
-	bo := w.backoff()
+	bo := retryBackoff()
 	for {
 		start := time.Now()
-		resp, err := w.kv.Txn(ctx, req)
+		resp, err := pk.kv.Txn(ctx, req)
 		if err == nil {
 			if !resp.Succeeded {
-				w.m.guardFailures.Inc()
+				pk.m.guardFailures.Inc()
 				return ErrFenced
 			}
-			w.m.txnSeconds.Observe(time.Since(start).Seconds())
-			w.m.txns.WithLabelValues(kind.String()).Inc()
-			w.m.txnOps.Observe(float64(b.n()))
+			pk.m.txnSeconds.Observe(time.Since(start).Seconds())
+			pk.m.txns.WithLabelValues(kind.String()).Inc()
+			pk.m.txnOps.Observe(float64(b.n()))
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -222,16 +207,16 @@ func (w *worker) exec(ctx context.Context, b *txnBuilder, kind TxnKind) error {
 			return errLeaseGone
 		}
 		if tooBig(err) {
-			w.m.etcdFailures.WithLabelValues("txn").Inc()
+			pk.m.etcdFailures.WithLabelValues("txn").Inc()
 			// Retrying the same request cannot succeed: the configured
 			// bounds exceed etcd's. Stop loudly instead of stalling the
 			// partition behind it forever.
 			return fmt.Errorf("ingester: etcd refused a %s transaction of %d ops, about %d bytes: %w (keep --max-txn-ops within etcd's --max-txn-ops and --max-txn-bytes under its --max-request-bytes)",
 				kind, b.n(), b.bytes, err)
 		}
-		w.m.txnRetries.Inc()
+		pk.m.txnRetries.Inc()
 		d := bo.Next()
-		w.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
+		pk.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
 		if err := backoff.Sleep(ctx, bo.Clock, d); err != nil {
 			return err
 		}

@@ -224,6 +224,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 		Partition:      3,
 		Lease:          0x694d7b3c5c2b1e04,
 		TierLeases:     map[string][]LeaseShard{"gpu": {{ID: 0x694d7b3c5c2b1e05, Keys: 10}}},
+		ChunkNext:      map[string]uint64{"gpu": 12, "disk": 1},
 	}
 	b, err := rec.Marshal()
 	if err != nil {
@@ -242,7 +243,7 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if got.Shards(tier.GPU)[0].Keys != 10 || got.Shards(tier.CPU) != nil {
 		t.Fatalf("Shards = %v / %v", got.Shards(tier.GPU), got.Shards(tier.CPU))
 	}
-	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`} {
+	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`, `{"hash_mode":"engine","chunk_next":{"hbm":1}}`, `{"hash_mode":"engine","chunk_next":{"gpu":-1}}`} {
 		if _, err := UnmarshalEndpointRecord([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
 			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
 		}

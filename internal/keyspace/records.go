@@ -95,6 +95,13 @@ type EndpointRecord struct {
 	// written before v1.1. An ingester whose map has another fingerprint
 	// drops the endpoint before its next record applies.
 	MediumMap string `json:"medium_map,omitempty"`
+	// ChunkNext maps a tier name to chunk_next, the sequence number the
+	// writer gives the tier's next new chunk (DESIGN "The chunk rule
+	// (writer)"); chunk ChunkNext-1, when it exists, is the one new blocks
+	// fill. A tier absent here has chunk_next 0. It is written with the
+	// offset, so a new owner that replays from the stored offset opens
+	// the chunks the previous owner opened; readers ignore it.
+	ChunkNext map[string]uint64 `json:"chunk_next,omitempty"`
 }
 
 // Shards returns the lease shards of tier t (nil when none).
@@ -125,6 +132,11 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	for name := range r.TierLeases {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
+		}
+	}
+	for name := range r.ChunkNext {
+		if _, ok := tier.Parse(name); !ok {
+			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in chunk_next", ErrMalformedValue, name)
 		}
 	}
 	if r.AttentionGroup != nil && *r.AttentionGroup < 0 {

@@ -270,9 +270,6 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	if o.windowOps > 0 {
 		cfg.WindowOps = o.windowOps
 	}
-	if o.inFlight > 0 {
-		cfg.MaxTxnsInFlight = o.inFlight
-	}
 	cfg.BeforeTxn = o.beforeTxn
 	cfg.Logger = o.log.With("component", "ingester")
 	ir := &ingesterRun{assigned: make(chan struct{})}

@@ -52,9 +52,8 @@ type FleetConfig struct {
 	// transaction (they pack what etcd accepts up to it; the embedded etcd
 	// takes 1,024, as deploy/ runs it). Default the ingester's (1,024).
 	MaxTxnOps int
-	// MaxTxnsInFlight is the ingesters' Config.MaxTxnsInFlight, and the
-	// transactions each reference writer keeps in flight. Default the
-	// ingester's.
+	// MaxTxnsInFlight is the transactions each reference writer keeps in
+	// flight. Default DefaultTxnsInFlight.
 	MaxTxnsInFlight int
 	// Profile, when set, receives a CPU profile (pprof) of the paced run.
 	Profile io.Writer
@@ -88,7 +87,7 @@ func (c *FleetConfig) defaults() error {
 		c.BarrierTimeout = 30 * time.Second
 	}
 	if c.MaxTxnsInFlight <= 0 {
-		c.MaxTxnsInFlight = ingester.DefaultMaxTxnsInFlight
+		c.MaxTxnsInFlight = DefaultTxnsInFlight
 	}
 	if c.Logger == nil {
 		c.Logger = logging.Discard()

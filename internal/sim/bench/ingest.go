@@ -14,6 +14,10 @@ import (
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
+// DefaultTxnsInFlight is the transactions a reference writer keeps in
+// flight unless configured otherwise.
+const DefaultTxnsInFlight = 4
+
 // IngestConfig configures RunIngest.
 type IngestConfig struct {
 	// Stream is the KV-event stream to ingest (BuildStream). Required.
@@ -27,9 +31,9 @@ type IngestConfig struct {
 	// WindowOps is the ingester's Config.WindowOps. Default the
 	// ingester's.
 	WindowOps int
-	// MaxTxnsInFlight is the ingester's Config.MaxTxnsInFlight, and the
-	// transactions each reference writer keeps in flight. Default the
-	// ingester's.
+	// MaxTxnsInFlight is the transactions each reference writer keeps in
+	// flight (the ingester writes a window in one transaction). Default
+	// DefaultTxnsInFlight.
 	MaxTxnsInFlight int
 	// Rounds is how many times the reference and the timed ingest run,
 	// alternating which goes first. Default 1.
@@ -55,7 +59,7 @@ func (c *IngestConfig) defaults() error {
 		c.Rounds = 1
 	}
 	if c.MaxTxnsInFlight <= 0 {
-		c.MaxTxnsInFlight = ingester.DefaultMaxTxnsInFlight
+		c.MaxTxnsInFlight = DefaultTxnsInFlight
 	}
 	if c.Logger == nil {
 		c.Logger = logging.Discard()
@@ -233,7 +237,7 @@ func (r *IngestRun) timed(ctx context.Context) error {
 		if first.IsZero() {
 			first = time.Now()
 		}
-		ops += int64(info.BlockOps)
+		ops += int64(info.ChunkOps)
 		mu.Unlock()
 		return nil
 	}

@@ -9,7 +9,6 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/sim/fleetsim"
@@ -66,7 +65,7 @@ func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode k
 		t.Fatal(err)
 	}
 	defer node.close()
-	if _, err := capture.rawWrite(ctx, node.cli, topic, ingester.DefaultMaxTxnsInFlight); err != nil {
+	if _, err := capture.rawWrite(ctx, node.cli, topic, DefaultTxnsInFlight); err != nil {
 		t.Fatal(err)
 	}
 	if len(capture.writerTime) != 2 {

@@ -27,6 +27,13 @@ type GenConfig struct {
 	MaxHashesPerEvent int
 	// Start is the first record time. Default 2026-01-01 UTC.
 	Start time.Time
+	// TailFirst makes most removals evict as vLLM frees a finished
+	// request's blocks: the tail of one stored run (the blocks of one
+	// store event), last block first, the run's prefix left behind for a
+	// later removal. Off, removals pick stored blocks at random. The
+	// writer's chunk merge rule exists for this order (DESIGN "The chunk
+	// rule (writer)").
+	TailFirst bool
 }
 
 func (c *GenConfig) defaults() {
@@ -62,6 +69,9 @@ type genEngine struct {
 	// a chain the engine holds (token mode keys only chains whose parent
 	// it knows).
 	storedIdx []int
+	// runs are the hashes of each store event still held, oldest first,
+	// for tail-first removals (GenConfig.TailFirst).
+	runs [][]uint64
 	sent      []Record
 	// groups are the kv_cache_spec_kind of each KV-cache group (nil: the
 	// engine sends no kind).
@@ -153,11 +163,11 @@ func (g *generator) next(e *genEngine) Record {
 		h := g.headers(e)
 		h["kind"] = "goodbye"
 		h["dp_rank"] = strconv.Itoa(e.rank)
-		e.seq, e.stored, e.storedIdx, e.sent = 0, nil, nil, nil
+		e.seq, e.stored, e.storedIdx, e.sent, e.runs = 0, nil, nil, nil, nil
 		e.ts += 10
 		return Record{Key: e.pod, Headers: h, Time: g.now}
 	case x < 105: // engine restart: seq back to 0, newer ts, cache empty
-		e.seq, e.stored, e.storedIdx = 0, nil, nil
+		e.seq, e.stored, e.storedIdx, e.runs = 0, nil, nil, nil
 		e.ts += 10
 	case x < 120: // a gap nobody healed
 		e.seq += uint64(2 + rng.IntN(3))
@@ -265,6 +275,21 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 	case x < 35: // removal of stored blocks (or unknown ones)
 		k := 1 + rng.IntN(g.cfg.MaxHashesPerEvent)
 		hs := make([]any, 0, k)
+		if g.cfg.TailFirst && len(e.runs) > 0 && rng.IntN(5) > 0 {
+			// The tail of one of the oldest runs, last block first.
+			r := rng.IntN(min(len(e.runs), 3))
+			run := e.runs[r]
+			k = min(k, len(run))
+			for i := len(run) - 1; i >= len(run)-k; i-- {
+				hs = append(hs, g.wireHash(run[i]))
+			}
+			if run = run[:len(run)-k]; len(run) == 0 {
+				e.runs = append(e.runs[:r], e.runs[r+1:]...)
+			} else {
+				e.runs[r] = run
+			}
+			k = 0
+		}
 		for range k {
 			var h uint64
 			if len(e.stored) > 0 && rng.IntN(5) > 0 {
@@ -318,12 +343,17 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 		start = 0 // a prompt's first block: no parent
 	}
 	hs := make([]any, 0, k)
+	run := make([]uint64, 0, k)
 	for i := range k {
 		u := (start + i) % g.cfg.Universe
 		h := g.hash(e.model, u)
 		e.stored = append(e.stored, h)
 		e.storedIdx = append(e.storedIdx, u)
 		hs = append(hs, g.wireHash(h))
+		run = append(run, h)
+	}
+	if g.cfg.TailFirst {
+		e.runs = append(e.runs, run)
 	}
 	var parent any
 	if start > 0 {

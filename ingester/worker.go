@@ -9,7 +9,6 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
@@ -25,10 +24,11 @@ type input struct {
 }
 
 // worker owns one assigned partition: it applies the partition's records
-// in order (ap, the apply part) and writes each window in fenced
-// transactions (commit: drops, the lease manager's settle, packing and
-// sending). Only its goroutine touches its fields and its endpoints; the
-// lease manager is shared with the other workers.
+// in order (ap, the apply part) and writes each window in one fenced
+// transaction (commit: the lease manager's settle, then the packer, pk,
+// which packs and sends and repairs). Only its goroutine touches its
+// fields and its endpoints; the lease manager is shared with the other
+// workers.
 type worker struct {
 	cfg    *Config
 	p      keyspace.Partition
@@ -42,19 +42,10 @@ type worker struct {
 	ap  applier
 	win *window
 	eps map[keyspace.Endpoint]*endpoint
+	// pk packs and sends the windows (pack.go).
+	pk *packer
 
-	// b is the transaction being built (nil while commit has just
-	// launched it); idle are builders free for the next ones, flights the
-	// window's block transactions in flight (oldest first) and failed
-	// those that came back with an error. See pipeline.go.
-	b        *txnBuilder
-	idle     []*txnBuilder
-	flights  []*flight
-	failed   []*flight
-	ownerKey string
-
-	claimRev  int64
-	offsetKey []byte
+	claimRev int64
 	// offsetRev is the ModRevision of the stored offset as the claim read
 	// it: the revision of the last window that committed, whose state the
 	// replay from the stored offset starts from (0: no offset stored).
@@ -76,13 +67,9 @@ type worker struct {
 	// dequeued gives back an input's share of QueueBytes once the worker
 	// has taken it from its queue.
 	dequeued func(n int64)
-
-	keyBuf []byte
-	// vals are the commit part's encoded records.
-	vals [][]byte
 }
 
-// maxDirty bounds the endpoints one window may touch: the commit
+// maxDirty bounds the endpoints one window may touch: the window's last
 // transaction writes all their records (with their member keys, for
 // endpoints new to etcd) plus the offset, so two ops each and one more.
 func (w *worker) maxDirty() int { return (w.cfg.MaxTxnOps - 1) / 2 }
@@ -139,10 +126,6 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 	}
 }
 
-func (w *worker) tickInterval() time.Duration {
-	return min(max(w.cfg.LivenessWindow/10, 10*time.Millisecond), time.Second)
-}
-
 // handle applies one input, committing whenever the window fills.
 func (w *worker) handle(ctx context.Context, x input) error {
 	if x.bytes > 0 && w.dequeued != nil {
@@ -168,24 +151,13 @@ func (w *worker) handle(ctx context.Context, x input) error {
 		w.ap.record(r, r.Offset+1 < x.hwm)
 		w.next = r.Offset + 1
 		w.win.records++
-		if w.win.records >= w.cfg.WindowRecords || w.win.ops.len() >= w.cfg.WindowOps || len(w.win.dirty) >= w.maxDirty() {
+		if w.win.records >= w.cfg.WindowRecords || w.win.blockOps >= w.cfg.WindowOps || len(w.win.dirty) >= w.maxDirty() {
 			if err := w.commit(ctx); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
-}
-
-// onTick ages an idle, caught-up partition's endpoints on wall time and
-// writes the drops of the ones that expired.
-func (w *worker) onTick(ctx context.Context) error {
-	if w.next < w.hwm || !w.win.empty() {
-		return nil // behind: the records' own times move the clock
-	}
-	w.ap.advanceClock(w.cfg.Clock.Now())
-	w.ap.expire()
-	return w.commit(ctx)
 }
 
 // endpoints returns the partition's endpoints.
@@ -196,10 +168,6 @@ func (w *worker) endpoints() []*endpoint {
 	}
 	return out
 }
-
-// backoff is the delay of the worker's etcd retries (real time, not
-// Config.Clock: that is the partition clock, which tests move by hand).
-func (w *worker) backoff() *backoff.Backoff { return retryBackoff() }
 
 // release stops keeping the partition's leases alive (the partition is
 // going; its successor adopts them), those of endpoints forgotten by a
@@ -221,7 +189,8 @@ func (w *worker) release() {
 
 // resetTo restarts the partition at start, the log start, after its
 // stored offset was found outside the log: the blocks of every endpoint
-// last seen on the partition may be stale and are dropped.
+// last seen on the partition may be stale and are dropped, in the window
+// that stores start as the next offset.
 func (w *worker) resetTo(ctx context.Context, start int64) error {
 	if w.next == -1 {
 		w.log.Warn("no stored offset, but endpoints were last seen on the partition; dropping them and starting at the log start",
@@ -234,21 +203,11 @@ func (w *worker) resetTo(ctx context.Context, start int64) error {
 	for _, ep := range w.eps {
 		w.ap.drop(ep, "reset", true)
 	}
-	if err := w.writeDrops(ctx); err != nil {
+	w.next = start // differs from the stored offset, so the window is written
+	if err := w.commit(ctx); err != nil {
 		return err
 	}
-	w.win.reset() // every endpoint is gone
-	w.b.reset(w.claimRev)
-	w.b.put(w.b.key(w.offsetKey), []byte(keyspace.FormatOffset(start)), 0)
-	w.b.offset = start
-	if err := w.sendUnleased(ctx, TxnReset); err != nil {
-		return err
-	}
-	w.next, w.committed = start, start
 	// A fresh history: the replay's own record times drive the clock.
 	w.ap.clock, w.ap.minLast = time.Time{}, time.Time{}
-	if w.onCommit != nil {
-		w.onCommit(start)
-	}
 	return nil
 }

@@ -128,7 +128,7 @@ func TestChunkRule(t *testing.T) {
 			name:       "merge_below_1_never_merges",
 			mergeBelow: 1,
 			ops:        []chunkOp{st(span(1, 6)...), rm(1, 2, 3)},
-			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {4}, 1: {5, 6}}, Writes: []string{"put 0 [4]", "put 1 [5 6]"}},
+			want:       chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {4}, 1: {5, 6}}, Writes: []string{"put 0 [4]", "put 1 [5 6]"}},
 		},
 		{
 			// vLLM frees a request's blocks last first: the run 5..12

@@ -72,7 +72,7 @@ type genEngine struct {
 	// runs are the hashes of each store event still held, oldest first,
 	// for tail-first removals (GenConfig.TailFirst).
 	runs [][]uint64
-	sent      []Record
+	sent []Record
 	// groups are the kv_cache_spec_kind of each KV-cache group (nil: the
 	// engine sends no kind).
 	groups []any

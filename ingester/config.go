@@ -140,7 +140,7 @@ type Config struct {
 	// window. Default DefaultRebalanceTimeout (30 s); must be positive.
 	RebalanceTimeout time.Duration
 
-	// HashMode is what block keys are keyed by (DESIGN "Hashing"):
+	// HashMode is what blocks are keyed by (DESIGN "Hashing"):
 	// keyspace.HashModeToken, kvindex's canonical key computed from each
 	// block's token ids, or keyspace.HashModeEngine, the engine's own
 	// hash. Every endpoint record carries it; an endpoint whose stored

@@ -27,7 +27,7 @@ type seqState struct {
 	mediums string
 }
 
-// shard is one lease an (endpoint, tier)'s block keys attach to; keys is an
+// shard is one lease an (endpoint, tier)'s chunk keys attach to; keys is an
 // upper bound of the keys attached (DESIGN "Writes: leases").
 type shard struct {
 	id   clientv3.LeaseID
@@ -91,7 +91,7 @@ type endpoint struct {
 	// the same endpoint starts a new state.
 	gone bool
 
-	// hashMode is the hash mode of its block keys: the worker's for an
+	// hashMode is the hash mode of its blocks: the worker's for an
 	// endpoint it created, the stored record's for one it loaded (until a
 	// mismatch is dropped and rewritten, worker.init).
 	hashMode keyspace.HashMode

@@ -287,7 +287,7 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this; the embedded etcd takes 1024, as deploy/ runs it)")
-	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
+	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the transactions each reference writer keeps in flight (the ingester writes a window in one transaction)")
 	setup.register(fs)
 	return cmd
 }
@@ -385,7 +385,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (ingester workers and reference writers)")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
-	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the ingester's --max-txns-in-flight, and the transactions each reference writer keeps in flight")
+	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the transactions each reference writer keeps in flight (the ingester writes a window in one transaction)")
 	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
 	setup.register(fs)
 	return cmd

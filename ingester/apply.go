@@ -369,13 +369,14 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 }
 
 // stored applies a BlockStored event: a store of each block hash by the
-// chunk rule, and the endpoint's block size.
+// chunk rule (chunks.go), and the endpoint's block size.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
+	a.win.blockOps += len(ev.BlockHashes)
 	if a.tokenMode() {
 		a.storedTokens(ep, ev)
 	} else {
 		for _, hash := range ev.BlockHashes {
-			a.store(ep, ev.Tier, hash, hash)
+			storeChunk(a.rule, ep, ev.Tier, hash, hash, a.win)
 		}
 	}
 	if ev.BlockSize > 0 {
@@ -385,26 +386,14 @@ func (a *applier) stored(ep *endpoint, ev *events.Event) {
 
 // removed applies a BlockRemoved event: a removal of each block hash.
 func (a *applier) removed(ep *endpoint, ev *events.Event) {
+	a.win.blockOps += len(ev.BlockHashes)
 	if a.tokenMode() {
 		a.removedTokens(ep, ev)
 		return
 	}
 	for _, hash := range ev.BlockHashes {
-		a.remove(ep, ev.Tier, hash)
+		removeChunk(a.rule, ep, ev.Tier, hash, a.win)
 	}
-}
-
-// store applies one block store to ep's chunks (chunks.go): key is the
-// key hash, engine the engine hash (key again in engine-hash mode).
-func (a *applier) store(ep *endpoint, t tier.Tier, key, engine uint64) {
-	a.win.blockOps++
-	storeChunk(a.rule, ep, t, key, engine, a.win)
-}
-
-// remove applies one block removal to ep's chunks.
-func (a *applier) remove(ep *endpoint, t tier.Tier, key uint64) {
-	a.win.blockOps++
-	removeChunk(a.rule, ep, t, key, a.win)
 }
 
 // cleared applies an AllBlocksCleared event: a drop of every block of the

@@ -63,30 +63,22 @@ func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
 // blocks is the number of blocks present.
 func (tc *tierChunks) blocks() int { return len(tc.where) }
 
-// open returns the chunk the next entry goes to: the open chunk while it
-// holds fewer than the chunk size, else a new one, sequence next (which
-// then moves on). A deleted open chunk is not reopened: its sequence
-// number is never reused while its old key may be in etcd.
-func (tc *tierChunks) open(r chunkRule) *chunk {
-	if tc.next > 0 {
-		if c := tc.chunks[tc.next-1]; c != nil && len(c.entries) < r.size {
-			return c
-		}
-	}
-	if tc.chunks == nil {
-		tc.chunks = make(map[uint64]*chunk)
-		tc.where = make(map[uint64]*chunk)
-	}
-	c := &chunk{seq: tc.next, entries: make([]keyspace.ChunkEntry, 0, r.size)}
-	tc.chunks[c.seq] = c
-	tc.next++
-	return c
-}
-
 // add appends e to the open chunk (rule 1) and reports the chunk it went
-// to.
+// to: the open chunk, chunk next-1, while it exists and holds fewer than
+// the chunk size, else a new one, sequence next (which then moves on). A
+// deleted open chunk is not reopened: its sequence number is never
+// reused while its old key may be in etcd.
 func (tc *tierChunks) add(r chunkRule, e keyspace.ChunkEntry) *chunk {
-	c := tc.open(r)
+	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
+	if tc.next == 0 || c == nil || len(c.entries) >= r.size {
+		if tc.chunks == nil {
+			tc.chunks = make(map[uint64]*chunk)
+			tc.where = make(map[uint64]*chunk)
+		}
+		c = &chunk{seq: tc.next, entries: make([]keyspace.ChunkEntry, 0, r.size)}
+		tc.chunks[c.seq] = c
+		tc.next++
+	}
 	c.entries = append(c.entries, e)
 	tc.where[e.Key] = c
 	return c

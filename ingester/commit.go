@@ -1,6 +1,10 @@
 package ingester
 
-import "context"
+import (
+	"context"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
 
 // commit writes the open window (DESIGN "Writes (ingester)"): the lease
 // manager retires what the window's drops emptied (no RPC), then the
@@ -17,11 +21,16 @@ func (w *worker) commit(ctx context.Context) error {
 		return nil
 	}
 	w.window++
-	retired := w.leases.retire(w.win)
+	var retired []clientv3.LeaseID
+	if len(w.win.drops) > 0 {
+		retired = w.leases.retire(w.win)
+	}
 	if err := w.pk.write(ctx, w.win, w.eps, w.next, w.window); err != nil {
 		return err
 	}
-	w.leases.revoke(ctx, retired...)
+	if len(retired) > 0 {
+		w.leases.revoke(ctx, retired...)
+	}
 	for _, ep := range w.win.dirty {
 		if ep.gone {
 			continue

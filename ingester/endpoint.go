@@ -122,9 +122,10 @@ func newEndpoint(ks keyspace.Keyspace, p keyspace.Partition, id keyspace.Endpoin
 	return &endpoint{id: id, key: ks.EndpointKey(id), memberKey: ks.MemberKey(p, id), chunksPrefix: ks.EndpointChunksPrefix(id)}
 }
 
-// record builds the endpoint record to store from state st, chunk_next
-// next and the current leases.
-func (e *endpoint) record(st *seqState, next *[tier.Count + 1]uint64, p keyspace.Partition) keyspace.EndpointRecord {
+// record builds the endpoint record to store from state st and the
+// current leases, with chunk_next as it is now (live) or as of the stored
+// offset (baseNext).
+func (e *endpoint) record(st *seqState, live bool, p keyspace.Partition) keyspace.EndpointRecord {
 	r := keyspace.EndpointRecord{
 		BlockSize:   st.blockSize,
 		HashMode:    e.hashMode,
@@ -155,13 +156,17 @@ func (e *endpoint) record(st *seqState, next *[tier.Count + 1]uint64, p keyspace
 		r.TierLeases[t.String()] = shards
 	}
 	for _, t := range tier.All {
-		if next[t] == 0 {
+		next := e.baseNext[t]
+		if live {
+			next = e.chunks[t].next
+		}
+		if next == 0 {
 			continue
 		}
 		if r.ChunkNext == nil {
 			r.ChunkNext = make(map[string]uint64, tier.Count)
 		}
-		r.ChunkNext[t.String()] = next[t]
+		r.ChunkNext[t.String()] = next
 	}
 	return r
 }

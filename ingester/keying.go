@@ -96,10 +96,10 @@ func (a *applier) storeKey(ep *endpoint, t tier.Tier, h, key uint64) {
 	old, oldTiers := a.maps.store(ep, h, key, t)
 	for _, ot := range tier.All {
 		if oldTiers&bit(ot) != 0 {
-			a.remove(ep, ot, old)
+			removeChunk(a.rule, ep, ot, old, a.win)
 		}
 	}
-	a.store(ep, t, key, h)
+	storeChunk(a.rule, ep, t, key, h, a.win)
 }
 
 // removedTokens applies one BlockRemoved in token mode: each engine hash's
@@ -112,7 +112,7 @@ func (a *applier) removedTokens(ep *endpoint, ev *events.Event) {
 			a.unkeyed(unknownRemoval, 1)
 			continue
 		}
-		a.remove(ep, ev.Tier, key)
+		removeChunk(a.rule, ep, ev.Tier, key, a.win)
 	}
 }
 

@@ -45,8 +45,6 @@ type packer struct {
 	offsetKey []byte
 	// withEngine: chunk values carry engine hashes (token mode).
 	withEngine bool
-	// vals are the encoded records of the last part.
-	vals [][]byte
 }
 
 // write writes win, whose records end before offset next, window number
@@ -87,48 +85,77 @@ func (pk *packer) write(ctx context.Context, win *window, eps map[keyspace.Endpo
 
 // pack builds the next transaction of win from item pos on: the window's
 // chunk writes are items 0..len(writes)-1, its dirty endpoints the items
-// after them (deletes of the records dropped with their endpoint). It
-// returns TxnCommit when the records and the offset fitted too, else
-// TxnPart and the first item left out.
+// after them (deletes of the records dropped with their endpoint). When
+// the rest of the window fits one transaction it builds the last one,
+// records and offset first, and returns TxnCommit; else a part of what
+// fits without them, TxnPart and the first item left out.
 func (pk *packer) pack(win *window, eps map[keyspace.Endpoint]*endpoint, pos int, next int64) (TxnKind, int, error) {
 	b := pk.b
+	n := len(win.writes)
+	if pk.lastOps(win, eps, pos) <= pk.cfg.MaxTxnOps {
+		b.reset(pk.claimRev)
+		if err := pk.addLast(win, next); err != nil {
+			return 0, 0, err
+		}
+		if end, err := pk.addItems(win, eps, pos, true); err != nil || end == n+len(win.dirty) {
+			return TxnCommit, end, err
+		}
+	}
 	b.reset(pk.claimRev)
+	if pos == n+len(win.dirty) {
+		// Only the records are left, and they are more than MaxTxnOps
+		// (more endpoints than maxDirty, say after a claim): send them
+		// alone, for etcd to take or refuse loudly.
+		return TxnCommit, pos, pk.addLast(win, next)
+	}
+	end, err := pk.addItems(win, eps, pos, false)
+	if err == nil && b.n() == 0 {
+		err = fmt.Errorf("ingester: one write of the window does not fit an empty transaction of %d ops, %d bytes", pk.cfg.MaxTxnOps, pk.cfg.MaxTxnBytes)
+	}
+	return TxnPart, end, err
+}
+
+// lastOps counts the ops of the window's items from pos on and of its
+// last part's records and offset.
+func (pk *packer) lastOps(win *window, eps map[keyspace.Endpoint]*endpoint, pos int) int {
+	ops := len(win.writes) - min(pos, len(win.writes)) + 1
+	for _, ep := range win.dirty {
+		switch {
+		case !ep.gone && !ep.inEtcd:
+			ops += 2
+		case !ep.gone:
+			ops++
+		case ep.inEtcd && eps[ep.id] == nil:
+			ops += 2
+		}
+	}
+	return ops
+}
+
+// addItems adds the window's items from pos on while they fit and returns
+// the first one left out. In the last part (last) the records are in the
+// transaction already.
+func (pk *packer) addItems(win *window, eps map[keyspace.Endpoint]*endpoint, pos int, last bool) (int, error) {
 	n := len(win.writes)
 	i := pos
 	for ; i < n; i++ {
-		ok, err := pk.addChunk(&win.writes[i])
-		if err != nil {
-			return 0, 0, err
-		}
-		if !ok {
-			break
+		ok, err := pk.addChunk(&win.writes[i], last)
+		if err != nil || !ok {
+			return i, err
 		}
 	}
-	if i >= n {
-		for ; i < n+len(win.dirty); i++ {
-			if !pk.addRecordDelete(win.dirty[i-n], eps) {
-				break
-			}
+	for ; i < n+len(win.dirty); i++ {
+		if ep := win.dirty[i-n]; ep.gone && !pk.addRecordDelete(ep, eps) {
+			return i, nil
 		}
 	}
-	if i == n+len(win.dirty) {
-		ok, err := pk.addLast(win, next)
-		if err != nil {
-			return 0, 0, err
-		}
-		if ok {
-			return TxnCommit, i, nil
-		}
-	}
-	if b.n() == 0 {
-		return 0, 0, fmt.Errorf("ingester: one write of the window does not fit an empty transaction of %d ops, %d bytes", pk.cfg.MaxTxnOps, pk.cfg.MaxTxnBytes)
-	}
-	return TxnPart, i, nil
+	return i, nil
 }
 
-// addChunk adds wr's put or delete if it fits (with the record of its
-// endpoint when that must come along) and reports whether it did.
-func (pk *packer) addChunk(wr *chunkWrite) (bool, error) {
+// addChunk adds wr's put or delete if it fits (outside the last part,
+// with the record of its endpoint when that must come along) and reports
+// whether it did.
+func (pk *packer) addChunk(wr *chunkWrite, last bool) (bool, error) {
 	b := pk.b
 	ep := wr.ep
 	keyLen := len(ep.chunksPrefix) + maxTierLen + 16
@@ -136,15 +163,20 @@ func (pk *packer) addChunk(wr *chunkWrite) (bool, error) {
 		if b.n()+1 > pk.cfg.MaxTxnOps || b.bytes+keyLen+txnOverhead > pk.cfg.MaxTxnBytes {
 			return false, nil
 		}
-		b.del(pk.chunkKey(wr), nil)
+		start := len(b.arena)
+		b.arena = keyspace.AppendChunkKey(b.arena, ep.chunksPrefix, wr.tier, wr.seq)
+		b.del(b.arena[start:len(b.arena):len(b.arena)], nil)
 		b.chunkOps++
 		return true, nil
 	}
 	if wr.c.lease == 0 || ep.lease == 0 {
 		return false, fmt.Errorf("ingester: packing a chunk of %s whose lease was not settled", ep.id.String())
 	}
-	_, inTxn := b.record(ep)
-	needRec := !inTxn && (!ep.inEtcd || ep.leasesDirty())
+	needRec := false
+	if !last {
+		_, inTxn := b.record(ep)
+		needRec = !inTxn && (!ep.inEtcd || ep.leasesDirty())
+	}
 	var rec []byte
 	need, bytes := 1, keyLen+keyspace.ChunkValueLen(len(wr.c.entries), pk.withEngine)+txnOverhead
 	if needRec {
@@ -165,7 +197,12 @@ func (pk *packer) addChunk(wr *chunkWrite) (bool, error) {
 	if needRec {
 		b.putRecord(ep, rec)
 	}
-	b.put(pk.chunkKey(wr), pk.chunkValue(wr.c), wr.c.lease)
+	start := len(b.arena)
+	b.arena = keyspace.AppendChunkKey(b.arena, ep.chunksPrefix, wr.tier, wr.seq)
+	key := b.arena[start:len(b.arena):len(b.arena)]
+	start = len(b.arena)
+	b.arena = keyspace.AppendChunkValue(b.arena, wr.c.entries, pk.withEngine)
+	b.put(key, b.arena[start:len(b.arena):len(b.arena)], wr.c.lease)
 	b.chunkOps++
 	return true, nil
 }
@@ -188,22 +225,6 @@ func (pk *packer) addRecordDelete(ep *endpoint, eps map[keyspace.Endpoint]*endpo
 	return true
 }
 
-// chunkKey builds wr's chunk key in the builder's arena.
-func (pk *packer) chunkKey(wr *chunkWrite) []byte {
-	b := pk.b
-	start := len(b.arena)
-	b.arena = keyspace.AppendChunkKey(b.arena, wr.ep.chunksPrefix, wr.tier, wr.seq)
-	return b.arena[start:len(b.arena):len(b.arena)]
-}
-
-// chunkValue encodes c's whole state in the builder's arena.
-func (pk *packer) chunkValue(c *chunk) []byte {
-	b := pk.b
-	start := len(b.arena)
-	b.arena = keyspace.AppendChunkValue(b.arena, c.entries, pk.withEngine)
-	return b.arena[start:len(b.arena):len(b.arena)]
-}
-
 // marshalBase encodes the record a part before the last writes: the state
 // as of the stored offset (or, for an endpoint that did not exist then, a
 // zero last-record time, which makes a successor drop it before
@@ -213,60 +234,33 @@ func (pk *packer) marshalBase(ep *endpoint) ([]byte, error) {
 	if ep.base != nil {
 		st = *ep.base
 	}
-	r := ep.record(&st, &ep.baseNext, pk.p)
+	r := ep.record(&st, false, pk.p)
 	return r.Marshal()
 }
 
-// addLast adds the window's endpoint records and the next offset to the
-// transaction being built, if they fit; it reports whether they did.
-// Alone in a transaction they always fit the op bound: a window touches at
-// most maxDirty endpoints, two ops each (record and member key).
-func (pk *packer) addLast(win *window, next int64) (bool, error) {
+// addLast adds the window's endpoint records, with their member keys for
+// endpoints new to etcd, and the next offset to the transaction being
+// built, which must be empty. Alone in a transaction they always fit the
+// op bound: a window touches at most maxDirty endpoints, two ops each.
+func (pk *packer) addLast(win *window, next int64) error {
 	b := pk.b
-	need, bytes := 1, len(pk.offsetKey)+20+txnOverhead
-	pk.vals = pk.vals[:0]
 	for _, ep := range win.dirty {
 		if ep.gone {
-			pk.vals = append(pk.vals, nil)
 			continue
 		}
 		if ep.lease == 0 {
-			return false, fmt.Errorf("ingester: packing the record of %s whose lease was not settled", ep.id.String())
+			return fmt.Errorf("ingester: packing the record of %s whose lease was not settled", ep.id.String())
 		}
-		chunkNext := ep.chunkNext()
-		r := ep.record(&ep.cur, &chunkNext, pk.p)
+		r := ep.record(&ep.cur, true, pk.p)
 		v, err := r.Marshal()
 		if err != nil {
-			return false, err
+			return err
 		}
-		pk.vals = append(pk.vals, v)
-		if k, ok := b.record(ep); ok {
-			bytes += len(v) - b.recordLen(k)
-		} else {
-			need++
-			bytes += len(ep.key) + len(v) + txnOverhead
-			if !ep.inEtcd {
-				need++
-				bytes += len(ep.memberKey) + txnOverhead
-			}
-		}
-	}
-	if b.n() > 0 && (b.n()+need > pk.cfg.MaxTxnOps || b.bytes+bytes > pk.cfg.MaxTxnBytes) {
-		return false, nil
-	}
-	for k, ep := range win.dirty {
-		if ep.gone {
-			continue
-		}
-		if r, ok := b.record(ep); ok {
-			b.setRecord(r, pk.vals[k])
-		} else {
-			b.putRecord(ep, pk.vals[k])
-		}
+		b.putRecord(ep, v)
 	}
 	b.put(b.key(pk.offsetKey), []byte(keyspace.FormatOffset(next)), 0)
 	b.offset = next
-	return true, nil
+	return nil
 }
 
 // landed records what the builder's committed transaction wrote: the

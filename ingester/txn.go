@@ -113,12 +113,6 @@ func (b *txnBuilder) put(key, value []byte, lease clientv3.LeaseID) int {
 	return i
 }
 
-// setValue replaces the value of the put at index i.
-func (b *txnBuilder) setValue(i int, value []byte) {
-	b.bytes += len(value) - len(b.puts[i].Value)
-	b.puts[i].Value = value
-}
-
 // del adds a delete of [key, end) (end nil: key alone).
 func (b *txnBuilder) del(key, end []byte) {
 	i := len(b.ops)
@@ -146,7 +140,7 @@ func (b *txnBuilder) record(ep *endpoint) (int, bool) {
 
 // putRecord adds the put of ep's record rec, on ep's record lease, with its
 // member key when etcd may not have it (a record not in etcd), and
-// remembers it for afterTxn.
+// remembers it for packer.landed.
 func (b *txnBuilder) putRecord(ep *endpoint, rec []byte) {
 	if !ep.inEtcd {
 		b.put(b.key([]byte(ep.memberKey)), nil, ep.lease)
@@ -155,15 +149,6 @@ func (b *txnBuilder) putRecord(ep *endpoint, rec []byte) {
 	b.recs = append(b.recs, recPut{ep: ep, op: op, gen: ep.leaseGen})
 	b.last = len(b.recs) - 1
 }
-
-// setRecord replaces the value of the record put recs[k] with rec.
-func (b *txnBuilder) setRecord(k int, rec []byte) {
-	b.setValue(b.recs[k].op, rec)
-	b.recs[k].gen = b.recs[k].ep.leaseGen
-}
-
-// recordLen is the length of the value of the record put recs[k].
-func (b *txnBuilder) recordLen(k int) int { return len(b.puts[b.recs[k].op].Value) }
 
 // request returns the built request.
 func (b *txnBuilder) request() *pb.TxnRequest {

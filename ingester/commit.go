@@ -26,6 +26,8 @@ func (w *worker) commit(ctx context.Context) error {
 		retired = w.leases.retire(w.win)
 	}
 	if err := w.pk.write(ctx, w.win, w.eps, w.next, w.window); err != nil {
+		// The worker stops: a successor replays the window and its drops.
+		w.leases.release(retired...)
 		return err
 	}
 	if len(retired) > 0 {

@@ -444,6 +444,15 @@ func (a *applier) endpoint(id keyspace.Endpoint, create bool) *endpoint {
 	ep := newEndpoint(a.cfg.Keyspace, a.p, id)
 	ep.hashMode = a.cfg.HashMode
 	ep.cur.mediums = a.mediums
+	for _, d := range a.win.drops {
+		// A predecessor of the same identity dropped with its record in
+		// this window: its record may still be etcd's.
+		if d.ep.id == id && d.ep.gone {
+			if ep.pred = d.ep; !d.ep.inEtcd {
+				ep.pred = d.ep.pred
+			}
+		}
+	}
 	a.eps[id] = ep
 	return ep
 }

@@ -249,6 +249,16 @@ func (w *worker) init(ctx context.Context) error {
 		}
 	}
 	for _, ep := range w.eps {
+		// Chunks the rebuild had to change, and the leftovers of a
+		// crashed window: written at the state as of the stored offset
+		// (deleted when it has none), before any drop below deletes what
+		// the state holds.
+		for _, f := range ep.fixes {
+			w.win.chunkChanged(ep, f.tier, f.seq, ep.chunks[f.tier].chunks[f.seq])
+		}
+		ep.fixes = nil
+	}
+	for _, ep := range w.eps {
 		if ep.base == nil || ep.base.lastRecord.IsZero() {
 			// Written by a window that crashed before committing, for an
 			// endpoint that did not exist at the stored offset.
@@ -256,22 +266,14 @@ func (w *worker) init(ctx context.Context) error {
 		}
 	}
 	for _, ep := range w.eps {
-		switch {
-		case ep.hashMode != w.cfg.HashMode:
+		if ep.hashMode != w.cfg.HashMode {
 			// Its keys are of the other mode: no lookup of this mode could
 			// find them, and no removal of this mode reach them.
 			w.log.Info("dropping an endpoint written in another hash mode", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
 			w.ap.drop(ep, "hash_mode", false)
 			ep.hashMode = w.cfg.HashMode
 			w.win.markDirty(ep) // rewritten in this mode
-		case len(ep.fixes) > 0:
-			// Chunks the rebuild had to change: written at the state kept.
-			for _, f := range ep.fixes {
-				w.win.chunkChanged(ep, f.tier, f.seq, ep.chunks[f.tier].chunks[f.seq])
-			}
-			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Add(float64(len(ep.fixes)))
 		}
-		ep.fixes = nil
 	}
 	if w.ap.tokenMode() {
 		w.ap.capMaps()

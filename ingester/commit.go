@@ -41,6 +41,7 @@ func (w *worker) commit(ctx context.Context) error {
 		ep.base = &base
 		ep.baseNext = ep.chunkNext()
 		ep.dirty = false
+		ep.pred = nil
 	}
 	w.win.reset()
 	w.committed = w.next

@@ -90,6 +90,13 @@ type endpoint struct {
 	// gone: dropped with its record (goodbye, expiry); a later record of
 	// the same endpoint starts a new state.
 	gone bool
+	// pred is the endpoint of the same identity that the open window
+	// dropped with its record while etcd holds that record (nil when
+	// none): until the window's last transaction, the record etcd has is
+	// its predecessor's, as of the stored offset, and an early part must
+	// not overwrite it (packer.addChunk), or a successor after a crash
+	// would read another state than the stored offset's.
+	pred *endpoint
 
 	// hashMode is the hash mode of its blocks: the worker's for an
 	// endpoint it created, the stored record's for one it loaded (until a

@@ -2,6 +2,8 @@ package ingester
 
 import (
 	"context"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -370,5 +372,76 @@ func TestLeaseRecountsBounded(t *testing.T) {
 		if !recorded[int64(lease)] {
 			t.Errorf("lease %x holds keys but the endpoint record does not name it", lease)
 		}
+	}
+}
+
+// TestSplitWindowRepairsExpiredLease: a window split into parts past
+// MaxTxnOps (chunks of 4: 300 blocks are 75 chunk puts, 16 ops per
+// transaction) lands whole when the lease its chunks name expired behind
+// the ingester's back: the refused part is rebuilt with a fresh lease and
+// sent again, the offset still comes last, and every chunk hangs on a
+// lease the endpoint record names.
+func TestSplitWindowRepairsExpiredLease(t *testing.T) {
+	const topic = "split-repair"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := e.config(t, topic, "g-"+topic, "/kvindex/"+topic+"/")
+	cfg.MaxTxnOps = 16
+	cfg.ChunkSize = 4
+	var parts, commits atomic.Int64
+	cfg.BeforeTxn = func(_ context.Context, info TxnInfo) error {
+		if info.Kind == TxnPart {
+			parts.Add(1)
+		} else if info.Kind == TxnCommit {
+			commits.Add(1)
+			if info.Offset < 0 {
+				return fmt.Errorf("a commit transaction without the offset: %+v", info)
+			}
+		}
+		return nil
+	}
+	r := start(t, cfg)
+	now := time.Now()
+	first, second := chain(300, 1), chain(300, 2)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", now, first...)}))
+	id := keyspace.Endpoint{Model: "m", Pod: "pod"}
+	if n := blockCount(t, ctx, e, cfg.Keyspace, id); n != len(first) {
+		t.Fatalf("after the first record: %d blocks, want %d", n, len(first))
+	}
+	if parts.Load() == 0 {
+		t.Fatal("the first window was not split: the test tests nothing")
+	}
+	old := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id].TierLeases["gpu"][0].ID
+	if _, err := e.etcd.Client.Revoke(ctx, clientv3.LeaseID(old)); err != nil {
+		t.Fatal(err)
+	}
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
+		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod", now, second...)}))
+	// The first record's chunks went with the lease; the second's are all
+	// in, on a new one.
+	if n := blockCount(t, ctx, e, cfg.Keyspace, id); n != len(second) {
+		t.Errorf("after the lease expired: %d blocks, want the second record's %d", n, len(second))
+	}
+	rec := ingesttest.Endpoints(t, ctx, e.etcd.Client, cfg.Keyspace)[id]
+	recorded := map[int64]bool{}
+	for _, s := range rec.TierLeases["gpu"] {
+		if int64(s.ID) == int64(old) {
+			t.Errorf("the record still names the expired lease %v", old)
+		}
+		recorded[int64(s.ID)] = true
+	}
+	kvs, err := ingesttest.KVs(ctx, e.etcd.Client, cfg.Keyspace.ChunksPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range kvs {
+		if !recorded[kv.Lease] {
+			t.Errorf("chunk %s hangs on lease %x, which the endpoint record (%+v) does not name", kv.Key, kv.Lease, rec.TierLeases)
+		}
+	}
+	if n := promtest.ToFloat64(r.in.m.leaseRegrants); n < 1 {
+		t.Errorf("lease regrants = %v, want at least 1", n)
 	}
 }

@@ -173,7 +173,9 @@ func (pk *packer) addChunk(wr *chunkWrite, last bool) (bool, error) {
 		return false, fmt.Errorf("ingester: packing a chunk of %s whose lease was not settled", ep.id.String())
 	}
 	needRec := false
-	if !last {
+	if !last && (ep.pred == nil || !ep.pred.inEtcd) {
+		// (With a predecessor's record in etcd a record exists: it stays
+		// as of the stored offset until the last part.)
 		_, inTxn := b.record(ep)
 		needRec = !inTxn && (!ep.inEtcd || ep.leasesDirty())
 	}

@@ -33,6 +33,9 @@ type rebuildStats struct {
 	// Unmapped counts the entries that could not be kept (their chunks
 	// are rewritten without them before the first record).
 	Unmapped int
+	// Leftovers counts the chunks etcd holds otherwise than at the stored
+	// offset (written back before the first record).
+	Leftovers int
 }
 
 // rebuildPageChunkOverhead approximates a chunk key-value's framing in a
@@ -99,7 +102,7 @@ func (w *worker) rebuild(ctx context.Context) (rebuildStats, error) {
 		w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
 	}
 	w.log.Info("chunk state rebuilt", "revision", st.Revision, "latest", st.Latest, "chunks", st.Chunks, "pages", st.Pages, "blocks", st.Blocks,
-		"map_entries", st.Entries, "unmapped", st.Unmapped, "seconds", time.Since(start).Seconds())
+		"map_entries", st.Entries, "unmapped", st.Unmapped, "leftovers", st.Leftovers, "seconds", time.Since(start).Seconds())
 	return st, nil
 }
 
@@ -153,6 +156,67 @@ func (w *worker) rebuildAt(ctx context.Context, st *rebuildStats) error {
 			}
 			from = append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0)
 		}
+		if !st.Latest {
+			if err := w.findLeftovers(ctx, ep, st); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// findLeftovers lists ep's chunk keys at the newest revision, keys only,
+// and marks for writing (ep.fixes) every chunk that differs from the
+// state at the stored offset: a key written after it (ModRevision past
+// st.Revision) and a chunk of the state that is gone. Those are what a
+// window that crashed before its last part left behind; written back to
+// the state as of the stored offset before the first record, they cannot
+// outlive the replay: otherwise a window the replay commits would make a
+// leftover of a later record part of "the state at the stored offset"
+// for the owner after the next crash, and that owner would fill other
+// chunks than a run that never crashed.
+func (w *worker) findLeftovers(ctx context.Context, ep *endpoint, st *rebuildStats) error {
+	ks := w.cfg.Keyspace
+	var seen [tier.Count + 1]map[uint64]bool
+	from := []byte(ep.chunksPrefix)
+	end := []byte(keyspace.RangeEnd(ep.chunksPrefix))
+	for {
+		var resp *pb.RangeResponse
+		err := backoff.Retry(ctx, retryBackoff(), func(ctx context.Context) error {
+			var err error
+			resp, err = w.kv.Range(ctx, &pb.RangeRequest{Key: from, RangeEnd: end, Limit: 10_000, KeysOnly: true})
+			return err
+		}, nil)
+		if err != nil {
+			return fmt.Errorf("%w: listing the chunks of %s: %v", ErrClaim, ep.id, err)
+		}
+		st.Pages++
+		for _, kv := range resp.Kvs {
+			prefix, t, seq, err := ks.SplitChunkKey(string(kv.Key))
+			if err != nil || prefix != ep.chunksPrefix {
+				continue
+			}
+			if seen[t] == nil {
+				seen[t] = map[uint64]bool{}
+			}
+			seen[t][seq] = true
+			if kv.ModRevision > st.Revision {
+				ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})
+				st.Leftovers++
+			}
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0)
+	}
+	for _, t := range tier.All {
+		for seq := range ep.chunks[t].chunks {
+			if !seen[t][seq] {
+				ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})
+				st.Leftovers++
+			}
+		}
 	}
 	return nil
 }
@@ -180,6 +244,7 @@ func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.Le
 		w.log.Warn("a chunk cannot be kept; deleting it", "endpoint", ep.id.String(), "key", string(key), "err", err)
 		ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})
 		st.Unmapped++
+		w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Inc()
 		return
 	}
 	c := &chunk{seq: seq, entries: make([]keyspace.ChunkEntry, 0, max(view.Len(), w.ap.rule.size)), lease: lease}
@@ -199,6 +264,7 @@ func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.Le
 			w.log.Warn("a chunk entry cannot be kept; rewriting its chunk without it", "endpoint", ep.id.String(), "key", string(key), "block", e.Key, "reason", why)
 			fixed = true
 			st.Unmapped++
+			w.m.unkeyedBlocks.WithLabelValues(unmappedBlock).Inc()
 			continue
 		}
 		if token {

@@ -528,8 +528,8 @@ func TestTokenModeTierClearAndGroupChange(t *testing.T) {
 // stored offset's revision, not what a window that crashed before its
 // last transaction wrote after it (a chunk rewritten, a chunk opened), so
 // the replay's decisions see the state the records before the stored
-// offset made; when that revision is compacted it falls back to the
-// newest one.
+// offset made, and it marks those leftovers to be written back; when that
+// revision is compacted it falls back to the newest one.
 func TestRebuildAtStoredOffset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -596,6 +596,13 @@ func TestRebuildAtStoredOffset(t *testing.T) {
 	}
 	if got := chunkKeys(ep.chunks[tier.GPU].chunks[0]); !slices.Equal(got, []uint64{1, 2}) || ep.chunks[tier.GPU].next != 1 {
 		t.Errorf("gpu/0 as of the stored offset = %v, chunk_next %d; want [1 2], 1", got, ep.chunks[tier.GPU].next)
+	}
+	// What the crashed window left (gpu/0 rewritten, gpu/1 opened) is
+	// written back before the first record: gpu/0 as of the offset, gpu/1
+	// deleted.
+	want := []chunkFix{{tier: tier.GPU, seq: 0}, {tier: tier.GPU, seq: 1}}
+	if diff := cmp.Diff(want, ep.fixes, cmp.AllowUnexported(chunkFix{})); diff != "" || st.Leftovers != 2 {
+		t.Errorf("leftovers %d (-want +got):\n%s", st.Leftovers, diff)
 	}
 
 	if _, err := e.etcd.Client.Compact(ctx, claim.Header.Revision); err != nil {

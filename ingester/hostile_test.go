@@ -126,7 +126,8 @@ func TestHostileRecords(t *testing.T) {
 // forever with its partition stalled; Run fails naming the flags. Run
 // lowers MaxTxnOps to etcd's --max-txn-ops itself (TestEtcdTxnLimit), so
 // the refusal here is for bytes: etcd's --max-request-bytes is set under
-// what a transaction of 1,000 block keys takes.
+// what a transaction of 10,000 blocks takes (157 chunks of 513 bytes in
+// engine-hash mode, about 85 KB).
 func TestTransactionTooLargeForEtcdStopsLoudly(t *testing.T) {
 	const topic = "toobig"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxRequestBytes(32<<10))
@@ -135,7 +136,7 @@ func TestTransactionTooLargeForEtcdStopsLoudly(t *testing.T) {
 	cfg := e.config(t, topic, "g-toobig", "/kvindex/toobig/")
 	cfg.MaxTxnOps = 1024 // and MaxTxnBytes 1 MiB: etcd takes 32 KiB
 	r := start(t, cfg)
-	hs := make([]uint64, 1000)
+	hs := make([]uint64, 10_000)
 	for i := range hs {
 		hs[i] = uint64(i + 1)
 	}

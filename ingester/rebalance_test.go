@@ -26,7 +26,7 @@ func TestRebalance(t *testing.T) {
 	e := newEnv(t, 4, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 900, Pods: 8, Ranks: 2, MaxHashesPerEvent: 16, Start: time.Now()})
+	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 900, Pods: 8, Ranks: 2, MaxHashesPerEvent: 16, Start: time.Now(), TailFirst: true})
 	model := refmodel.New(refmodel.Config{})
 	for _, r := range recs {
 		model.Apply(r)

@@ -81,11 +81,13 @@ type endpoint struct {
 	inEtcd bool
 	// leaseGen counts changes of the lease set; storedGen is the leaseGen
 	// of the newest record known to be committed (the leases are dirty
-	// while they differ). Generations, not a flag, because several
-	// transactions may be in flight, each with its own copy of the record
-	// (txnBuilder.recs notes the generation each copy was written with).
+	// while they differ). Generations, not a flag: a lease repair between
+	// the parts of a window changes the set after a part wrote a copy of
+	// the record (txnBuilder.recs notes the generation each copy was
+	// written with).
 	leaseGen, storedGen uint64
-	// dirty: the window changed it; the commit transaction writes it.
+	// dirty: the window changed it; the window's last transaction writes
+	// it.
 	dirty bool
 	// gone: dropped with its record (goodbye, expiry); a later record of
 	// the same endpoint starts a new state.

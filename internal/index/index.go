@@ -23,7 +23,8 @@ import (
 // map[uint64]uint32 from block hash to a slot value that holds a single
 // endpoint and its tier mask inline, or the offset of a sorted endpoint set
 // in a pointer-free arena (setArena) for blocks several endpoints hold. A
-// (block, endpoint) held in several tiers costs nothing extra.
+// (block, endpoint) held in several tiers costs nothing extra, and no
+// chunk state is kept (chunks.go).
 //
 // Concurrency: one writer (indexd's reflector) mutates it inside Write,
 // one whole etcd revision at a time, so readers (Lookup, ListEndpoints,

@@ -257,7 +257,7 @@ func (ix *Index) ApplyDelete(key string, prev []byte) (keyspace.Kind, error) {
 // only (DESIGN "etcd keyspace (v2)"), so a blocks/ key under the prefix
 // means a keyspace that was not migrated.
 func errV1Block(key string) error {
-	return fmt.Errorf("%w: %q is a v1 block key; indexd reads v2 chunks only (run kvindex migrate)", keyspace.ErrMalformedKey, key)
+	return fmt.Errorf("%w: %q is a v1 block key; indexd reads v2 chunks only: the keyspace was not migrated to v2", keyspace.ErrMalformedKey, key)
 }
 
 // Put makes (hash, ep, t) present without building or parsing a key: for

@@ -53,10 +53,12 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := []clientv3.Op{clientv3.OpPut(ks.EndpointKey(ep), string(rec))}
+	var entries []keyspace.ChunkEntry
 	for _, h := range hashes {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(ep, tier.GPU, h), ""))
+		entries = append(entries, keyspace.ChunkEntry{Key: h, Engine: h})
 	}
+	ops := []clientv3.Op{clientv3.OpPut(ks.EndpointKey(ep), string(rec)),
+		clientv3.OpPut(ks.ChunkKey(ep, tier.GPU, 0), string(keyspace.AppendChunkValue(nil, entries, false)))}
 	if _, err := e.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +142,7 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 	// Behind the replica's back: the blocks go, and the history with them.
 	// A watch may start at the compaction revision itself, so compact one
 	// write past the delete: the replica must re-list to see it.
-	if _, err := e.Client.Delete(ctx, ks.BlocksPrefix(), clientv3.WithPrefix()); err != nil {
+	if _, err := e.Client.Delete(ctx, ks.ChunksPrefix(), clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
 	resp, err := e.Client.Put(ctx, ks.IngesterKey("probe-test"), "{}")

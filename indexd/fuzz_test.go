@@ -55,18 +55,21 @@ func FuzzLookupRequest(f *testing.F) {
 			for i, h := range []uint64{1, 2, 3} {
 				for p, pod := range []string{"p0", "p1"} {
 					if i <= p+1 {
-						_, _ = ix.ApplyPut(ks.BlockKey(keyspace.Endpoint{Model: "m", Pod: pod}, tier.All[i], h), nil)
+						v := keyspace.AppendChunkValue(nil, []keyspace.ChunkEntry{{Key: h, Engine: h}}, false)
+						_, _ = ix.ApplyPut(ks.ChunkKey(keyspace.Endpoint{Model: "m", Pod: pod}, tier.All[i], 0), nil, v)
 					}
 				}
 			}
 			for _, size := range []int{4, 8} {
 				ep := keyspace.Endpoint{Model: "m", Pod: fmt.Sprintf("t%d", size)}
 				rec, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: uint32(size)}).Marshal()
-				_, _ = ix.ApplyPut(ks.EndpointKey(ep), rec)
-				for _, p := range []client.TokenPrompt{{TokenIDs: fuzzTokens}, {TokenIDs: fuzzTokens, LoRAName: "l", CacheSalt: "s"}} {
-					for _, k := range client.TokenKeys(p, size) {
-						_, _ = ix.ApplyPut(ks.BlockKey(ep, tier.GPU, k), nil)
+				_, _ = ix.ApplyPut(ks.EndpointKey(ep), nil, rec)
+				for seq, p := range []client.TokenPrompt{{TokenIDs: fuzzTokens}, {TokenIDs: fuzzTokens, LoRAName: "l", CacheSalt: "s"}} {
+					var es []keyspace.ChunkEntry
+					for i, k := range client.TokenKeys(p, size) {
+						es = append(es, keyspace.ChunkEntry{Key: k, Engine: uint64(i)})
 					}
+					_, _ = ix.ApplyPut(ks.ChunkKey(ep, tier.GPU, uint64(seq)), nil, keyspace.AppendChunkValue(nil, es, true))
 				}
 			}
 		})

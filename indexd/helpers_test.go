@@ -2,6 +2,7 @@ package indexd
 
 import (
 	"context"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -114,16 +115,22 @@ func (r *replica) counter(t *testing.T, c prometheus.Collector) float64 {
 	return promtest.ToFloat64(c)
 }
 
-// writer writes etcd keys exactly as the ingester does (block keys with
-// empty values on a lease, endpoints/ records, offsets/ next offsets), one
+// writer writes etcd keys as the ingester does: chunk values on a lease
+// (through indextest.Chunker, the chunk rule of DESIGN "The chunk rule
+// (writer)"), endpoints/ records and offsets/ next offsets, one
 // transaction per commit, each advancing one partition's offset.
 type writer struct {
-	t     *testing.T
-	cli   *clientv3.Client
-	ks    keyspace.Keyspace
-	lease clientv3.LeaseID
-	part  keyspace.Partition
-	next  int64
+	t      *testing.T
+	cli    *clientv3.Client
+	ks     keyspace.Keyspace
+	lease  clientv3.LeaseID
+	part   keyspace.Partition
+	next   int64
+	chunks *indextest.Chunker
+	// shuffle, when set, puts each transaction's chunk ops in a random
+	// order (else key order), so the tests see a merge's put and delete
+	// both ways round within one revision.
+	shuffle *rand.Rand
 }
 
 func newWriter(t *testing.T, cli *clientv3.Client) *writer {
@@ -134,36 +141,76 @@ func newWriter(t *testing.T, cli *clientv3.Client) *writer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &writer{t: t, cli: cli, ks: keyspace.Default(), lease: l.ID, part: keyspace.Partition{Topic: "kvindex-events", Partition: 0}}
+	ks := keyspace.Default()
+	return &writer{t: t, cli: cli, ks: ks, lease: l.ID, part: keyspace.Partition{Topic: "kvindex-events", Partition: 0},
+		chunks: indextest.NewChunker(ks)}
 }
 
-// commit writes ops and the partition's next offset in one transaction and
-// returns the offset of the "record" it stands for and the revision.
-func (w *writer) commit(ops ...clientv3.Op) (int64, int64) {
+// blockOp is a block store, removal or endpoint drop, which commit turns
+// into chunk writes.
+type blockOp struct {
+	b      keyspace.Block
+	engine uint64
+	remove bool
+	drop   bool
+}
+
+// commit writes ops (clientv3.Op values and blockOps, the latter as the
+// chunk puts and deletes they come to) and the partition's next offset in
+// one transaction, and returns the offset of the "record" it stands for
+// and the revision.
+func (w *writer) commit(ops ...any) (int64, int64) {
 	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
+	var plain []clientv3.Op
+	for _, op := range ops {
+		switch op := op.(type) {
+		case clientv3.Op:
+			plain = append(plain, op)
+		case blockOp:
+			switch {
+			case op.drop:
+				w.chunks.Drop(op.b.Endpoint)
+			case op.remove:
+				w.chunks.Remove(op.b.Endpoint, op.b.Tier, op.b.Hash)
+			default:
+				w.chunks.Store(op.b.Endpoint, op.b.Tier, op.b.Hash, op.engine)
+			}
+		default:
+			w.t.Fatalf("commit: %T is not an op", op)
+		}
+	}
+	var txn []clientv3.Op
+	for _, c := range w.chunks.Flush() {
+		if c.Value == nil {
+			txn = append(txn, clientv3.OpDelete(c.Key))
+		} else {
+			txn = append(txn, clientv3.OpPut(c.Key, string(c.Value), clientv3.WithLease(w.lease)))
+		}
+	}
+	if w.shuffle != nil {
+		w.shuffle.Shuffle(len(txn), func(i, j int) { txn[i], txn[j] = txn[j], txn[i] })
+	}
 	w.next++
-	ops = append(ops, clientv3.OpPut(w.ks.OffsetKey(w.part), keyspace.FormatOffset(w.next)))
-	resp, err := w.cli.Txn(ctx).Then(ops...).Commit()
+	txn = append(txn, plain...)
+	txn = append(txn, clientv3.OpPut(w.ks.OffsetKey(w.part), keyspace.FormatOffset(w.next)))
+	resp, err := w.cli.Txn(ctx).Then(txn...).Commit()
 	if err != nil {
 		w.t.Fatalf("txn: %v", err)
 	}
 	return w.next - 1, resp.Header.Revision
 }
 
-func (w *writer) put(b keyspace.Block) clientv3.Op {
-	return clientv3.OpPut(w.ks.BlockKey(b.Endpoint, b.Tier, b.Hash), "", clientv3.WithLease(w.lease))
-}
+// put stores b (its engine hash is its key hash, engine-hash mode).
+func (w *writer) put(b keyspace.Block) blockOp { return blockOp{b: b, engine: b.Hash} }
 
-func (w *writer) del(b keyspace.Block) clientv3.Op {
-	return clientv3.OpDelete(w.ks.BlockKey(b.Endpoint, b.Tier, b.Hash))
-}
+// del removes b.
+func (w *writer) del(b keyspace.Block) blockOp { return blockOp{b: b, remove: true} }
 
-// drop deletes every block of ep (AllBlocksCleared, resync, restarts).
-func (w *writer) drop(ep keyspace.Endpoint) clientv3.Op {
-	p := w.ks.EndpointBlocksPrefix(ep)
-	return clientv3.OpDelete(p, clientv3.WithRange(keyspace.RangeEnd(p)))
+// drop deletes every chunk of ep (AllBlocksCleared, resync, restarts).
+func (w *writer) drop(ep keyspace.Endpoint) blockOp {
+	return blockOp{b: keyspace.Block{Endpoint: ep}, drop: true}
 }
 
 func (w *writer) record(ep keyspace.Endpoint, rec keyspace.EndpointRecord) clientv3.Op {
@@ -225,9 +272,17 @@ func etcdState(t *testing.T, cli *clientv3.Client) *indextest.Reference {
 	ref := indextest.NewReference()
 	for _, kv := range resp.Kvs {
 		switch ks.KindOf(string(kv.Key)) {
-		case keyspace.KindBlock:
-			if b, err := ks.ParseBlockKey(string(kv.Key)); err == nil {
-				ref.Present[b] = true
+		case keyspace.KindChunk:
+			c, err := ks.ParseChunkKey(string(kv.Key))
+			if err != nil {
+				continue
+			}
+			cv, err := keyspace.ParseChunkValue(kv.Value)
+			if err != nil {
+				continue
+			}
+			for i := range cv.Len() {
+				ref.Present[keyspace.Block{Endpoint: c.Endpoint, Tier: c.Tier, Hash: cv.Key(i)}] = true
 			}
 		case keyspace.KindEndpoint:
 			if ep, err := ks.ParseEndpointKey(string(kv.Key)); err == nil {

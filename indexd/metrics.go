@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		}),
 		watchEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_watch_events_total",
-			Help: "etcd watch events applied, by key kind (blocks, endpoints, offsets, owners, ingesters, unknown).",
+			Help: "etcd watch events applied, by key kind (chunks, endpoints, offsets, owners, ingesters, members, blocks: v1 keys, skipped; unknown).",
 		}, []string{"kind"}),
 		malformed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_malformed_total",
@@ -56,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		}, []string{"kind"}),
 		lists: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_indexd_lists_total",
-			Help: "Complete lists of etcd applied, by reason: start (the first) or compacted (a re-list after the watch fell behind a compaction).",
+			Help: "Complete lists of etcd applied, by reason: start (the first), compacted (a re-list after the watch fell behind a compaction) or prev_kv_missing (a re-list after a chunk event came without its previous value).",
 		}, []string{"reason"}),
 		listSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kvindex_indexd_list_seconds",

@@ -29,8 +29,10 @@ import (
 //
 // A broken watch (leader loss, network, etcd restart) resumes from the
 // last applied revision + 1 on the same index. Only a compaction past that
-// revision forces a re-list; the fresh index is swapped in atomically when
-// complete, and the old one serves until then.
+// revision, or a chunk event that comes without the previous value the
+// index diffs it against (errNoPrevKV), forces a re-list; the fresh index
+// is swapped in atomically when complete, and the old one serves until
+// then.
 type reflector struct {
 	cli  *clientv3.Client
 	ks   keyspace.Keyspace
@@ -153,7 +155,6 @@ func (r *reflector) run(ctx context.Context) error {
 			if reason == "start" {
 				r.onReady()
 			}
-			reason = "compacted"
 		}
 		progressed, err := r.watch(ctx, ix)
 		if ctx.Err() != nil {
@@ -162,9 +163,10 @@ func (r *reflector) run(ctx context.Context) error {
 		if progressed {
 			bo.Reset()
 		}
-		if errors.Is(err, rpctypes.ErrCompacted) {
-			r.log.Warn("watch revision compacted, re-listing into a fresh index", "revision", ix.Revision(), "err", err)
+		if why, ok := relistReason(err); ok {
+			r.log.Warn("watch cannot continue on this index, re-listing into a fresh one", "revision", ix.Revision(), "reason", why, "err", err)
 			ix = nil
+			reason = why
 			continue
 		}
 		r.m.watchRestarts.Inc()
@@ -177,18 +179,19 @@ func (r *reflector) run(ctx context.Context) error {
 
 // list reads the keyspace at one revision into a fresh index: the small
 // endpoints/ prefix first (its response header fixes the revision R), then
-// offsets/ and the blocks/ keyspace at R, cut into one range per known
+// offsets/ and the chunks/ keyspace at R, cut into one range per known
 // endpoint (DESIGN "Reads": one ranged Get pays for the whole remaining
 // range, so small pages over a big prefix are quadratic). The ranges are
-// contiguous, so block keys of an endpoint with no record are read too.
-// Up to ListConcurrency ranges are in flight; this goroutine applies them.
+// contiguous, so chunks of an endpoint with no record are read too. Up to
+// ListConcurrency ranges are in flight; this goroutine applies them, each
+// chunk as a put with no previous value.
 func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	start := time.Now()
 	ix := index.New(r.ks)
 	var bad []badKey
 	apply := func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
-			if kind, err := ix.ApplyPut(bytesString(kv.Key), kv.Value); err != nil {
+			if kind, err := ix.ApplyPut(bytesString(kv.Key), nil, kv.Value); err != nil {
 				bad = appendBad(bad, kind, kv.Key, err)
 			}
 		}
@@ -208,13 +211,13 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 
 	bounds := ix.EndpointPrefixes()
 	slices.Sort(bounds)
-	blocks := r.ks.BlocksPrefix()
+	chunks := r.ks.ChunksPrefix()
 	if len(bounds) > 0 {
-		bounds[0] = blocks // the first range starts at the section
+		bounds[0] = chunks // the first range starts at the section
 	} else {
-		bounds = append(bounds, blocks)
+		bounds = append(bounds, chunks)
 	}
-	bounds = append(bounds, keyspace.RangeEnd(blocks))
+	bounds = append(bounds, keyspace.RangeEnd(chunks))
 
 	results := make(chan []*mvccpb.KeyValue, r.cfg.ListConcurrency)
 	g, gctx := errgroup.WithContext(ctx)
@@ -226,9 +229,9 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 		for i := 0; i+1 < len(bounds); i++ {
 			from, to := bounds[i], bounds[i+1]
 			g.Go(func() error {
-				resp, err := r.cli.Get(gctx, from, clientv3.WithRange(to), clientv3.WithRev(rev), clientv3.WithKeysOnly())
+				resp, err := r.cli.Get(gctx, from, clientv3.WithRange(to), clientv3.WithRev(rev))
 				if err != nil {
-					return fmt.Errorf("listing blocks [%s, %s) at revision %d: %w", from, to, rev, err)
+					return fmt.Errorf("listing chunks [%s, %s) at revision %d: %w", from, to, rev, err)
 				}
 				select {
 				case results <- resp.Kvs:
@@ -257,7 +260,9 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 }
 
 // watch applies the watch from ix's revision + 1 until it breaks, and
-// returns why, and whether any response arrived. While it runs it asks
+// returns why, and whether any response arrived. The watch asks for each
+// event's previous value (WithPrevKV): a chunk put is applied as the
+// difference from it (internal/index, chunks.go). While it runs it asks
 // etcd for a progress notification every ProgressInterval (etcd's own
 // come every 10 minutes), so a healthy idle watch still proves itself
 // current and a silent one shows as a growing progress age.
@@ -266,7 +271,7 @@ func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 	defer cancel()
 	from := ix.Revision() + 1
 	wch := r.cli.Watch(wctx, r.ks.Prefix(), clientv3.WithPrefix(), clientv3.WithRev(from),
-		clientv3.WithProgressNotify(), clientv3.WithFragment())
+		clientv3.WithProgressNotify(), clientv3.WithFragment(), clientv3.WithPrevKV())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -290,10 +295,39 @@ func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 			r.markProgress()
 			continue
 		}
-		r.apply(ix, resp.Events)
+		if err := r.apply(ix, resp.Events); err != nil {
+			return progressed, err
+		}
 		r.markProgress()
 	}
 	return progressed, errWatchClosed
+}
+
+// errNoPrevKV reports a watched chunk event without the previous value
+// the index must diff it against: a delete, or a put that did not create
+// its key, that came without prev_kv. etcd leaves prev_kv out only when
+// it cannot read the key at the event's revision - 1, which happens when
+// a compaction overtakes a watcher that is catching up. The index keeps
+// no chunk state to diff against instead, so the reflector stops before
+// that revision and re-lists (reason "prev_kv_missing").
+var errNoPrevKV = errors.New("indexd: a chunk event came without its previous value")
+
+// relistReason says whether a watch error needs a fresh index, and the
+// lists_total reason to count it under.
+func relistReason(err error) (string, bool) {
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		return "compacted", true
+	case errors.Is(err, errNoPrevKV):
+		return "prev_kv_missing", true
+	}
+	return "", false
+}
+
+// needsPrev reports whether ev is a chunk event that the index cannot
+// apply without a previous value it did not get.
+func (r *reflector) needsPrev(ev *clientv3.Event) bool {
+	return ev.PrevKv == nil && !ev.IsCreate() && r.ks.KindOf(bytesString(ev.Kv.Key)) == keyspace.KindChunk
 }
 
 // requestProgress proves the watch current every ProgressInterval in
@@ -347,8 +381,12 @@ func (r *reflector) requestProgress(ctx context.Context, ix *index.Index) {
 const progressGetTimeout = 2 * time.Second
 
 // apply applies events, one revision at a time: each revision's events
-// under one hold of the write lock, so readers see whole revisions only.
-func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
+// under one hold of the write lock, so readers see whole revisions only,
+// and in any order within it (the index's chunk holds are counted, so the
+// events of one revision commute). A revision with a chunk event that
+// lacks its previous value is not applied: apply returns errNoPrevKV
+// wrapped, with every revision before it applied.
+func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) error {
 	var counts [keyspace.KindCount]int
 	var bad []badKey
 	for i := 0; i < len(events); {
@@ -357,15 +395,26 @@ func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
 		for j < len(events) && events[j].Kv.ModRevision == rev {
 			j++
 		}
+		for _, ev := range events[i:j] {
+			if r.needsPrev(ev) {
+				r.countEvents(counts)
+				r.logBad(bad, "watch")
+				return fmt.Errorf("%w: %s %q at revision %d", errNoPrevKV, ev.Type, ev.Kv.Key, rev)
+			}
+		}
 		offsets := false
 		ix.Write(rev, func() {
 			for _, ev := range events[i:j] {
 				var kind keyspace.Kind
 				var err error
+				var prev []byte
+				if ev.PrevKv != nil {
+					prev = ev.PrevKv.Value
+				}
 				if ev.Type == mvccpb.DELETE {
-					kind, err = ix.ApplyDelete(bytesString(ev.Kv.Key))
+					kind, err = ix.ApplyDelete(bytesString(ev.Kv.Key), prev)
 				} else {
-					kind, err = ix.ApplyPut(bytesString(ev.Kv.Key), ev.Kv.Value)
+					kind, err = ix.ApplyPut(bytesString(ev.Kv.Key), prev, ev.Kv.Value)
 				}
 				counts[kind]++
 				offsets = offsets || kind == keyspace.KindOffset
@@ -379,12 +428,18 @@ func (r *reflector) apply(ix *index.Index, events []*clientv3.Event) {
 		}
 		i = j
 	}
+	r.countEvents(counts)
+	r.logBad(bad, "watch")
+	return nil
+}
+
+// countEvents adds applied watch events, by kind, to watch_events_total.
+func (r *reflector) countEvents(counts [keyspace.KindCount]int) {
 	for kind, n := range counts {
 		if n > 0 {
 			r.m.watchEvents.WithLabelValues(keyspace.Kind(kind).String()).Add(float64(n))
 		}
 	}
-	r.logBad(bad, "watch")
 }
 
 // badKey is a key the index could not use.

@@ -2,18 +2,23 @@ package indexd
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/testing/protocmp"
 
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
@@ -32,6 +37,11 @@ type stream struct {
 
 func newStream(t *testing.T, w *writer, seed uint64) *stream {
 	s := &stream{t: t, rng: rand.New(rand.NewPCG(seed, 11)), w: w, ref: indextest.NewReference()}
+	// Small chunks, so that the 16 hashes fill several per (endpoint,
+	// tier) and removals merge them, and each transaction's chunk ops in
+	// a random order.
+	w.chunks.Size, w.chunks.MergeBelow = 4, 2
+	w.shuffle = rand.New(rand.NewPCG(seed, 13))
 	for range 16 {
 		s.pool = append(s.pool, s.rng.Uint64())
 	}
@@ -71,7 +81,7 @@ func (s *stream) step(n int) {
 				b := keyspace.Block{Endpoint: s.eps[s.rng.IntN(len(s.eps))], Tier: tier.All[s.rng.IntN(tier.Count)], Hash: s.pool[s.rng.IntN(len(s.pool))]}
 				last[b] = s.rng.IntN(100) < 65
 			}
-			var ops []clientv3.Op
+			var ops []any
 			for b, put := range last {
 				if put {
 					ops = append(ops, s.w.put(b))
@@ -252,4 +262,83 @@ func TestCompactionWhileDisconnectedForcesRelist(t *testing.T) {
 	s.step(10) // and the watch goes on from the fresh index
 	s.check(r)
 	r.stop()
+}
+
+// TestApplyWithoutPrevKV feeds the reflector's apply watched chunk events
+// with and without their previous values: a put that creates its key
+// needs none; a put over an existing key or a delete that comes without
+// one stops apply before its revision (the index keeps no chunk state to
+// diff against) with errNoPrevKV, which re-lists.
+func TestApplyWithoutPrevKV(t *testing.T) {
+	ks := keyspace.Default()
+	ep := keyspace.Endpoint{Model: model, Pod: "p"}
+	key := []byte(ks.ChunkKey(ep, tier.GPU, 0))
+	value := func(keys ...uint64) []byte {
+		var es []keyspace.ChunkEntry
+		for _, k := range keys {
+			es = append(es, keyspace.ChunkEntry{Key: k, Engine: k})
+		}
+		return keyspace.AppendChunkValue(nil, es, false)
+	}
+	created := &clientv3.Event{Type: clientv3.EventTypePut, Kv: &mvccpb.KeyValue{Key: key, Value: value(1, 2), CreateRevision: 5, ModRevision: 5}}
+	for _, tc := range []struct {
+		name    string
+		ev      *clientv3.Event
+		wantErr bool
+		want    []uint64 // the keys held after apply
+		wantRev int64
+	}{
+		{"put_with_prev", &clientv3.Event{Type: clientv3.EventTypePut,
+			Kv:     &mvccpb.KeyValue{Key: key, Value: value(1, 3), CreateRevision: 5, ModRevision: 6},
+			PrevKv: &mvccpb.KeyValue{Key: key, Value: value(1, 2), CreateRevision: 5, ModRevision: 5}}, false, []uint64{1, 3}, 6},
+		{"delete_with_prev", &clientv3.Event{Type: clientv3.EventTypeDelete,
+			Kv:     &mvccpb.KeyValue{Key: key, ModRevision: 6},
+			PrevKv: &mvccpb.KeyValue{Key: key, Value: value(1, 2), CreateRevision: 5, ModRevision: 5}}, false, nil, 6},
+		{"put_without_prev", &clientv3.Event{Type: clientv3.EventTypePut,
+			Kv: &mvccpb.KeyValue{Key: key, Value: value(1, 3), CreateRevision: 5, ModRevision: 6}}, true, []uint64{1, 2}, 5},
+		{"delete_without_prev", &clientv3.Event{Type: clientv3.EventTypeDelete,
+			Kv: &mvccpb.KeyValue{Key: key, ModRevision: 6}}, true, []uint64{1, 2}, 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &reflector{ks: ks, log: logging.Discard(), bcst: newBroadcaster()}
+			r.m = newMetrics(nil, r.current, func() float64 { return 0 })
+			ix := index.New(ks)
+			err := r.apply(ix, []*clientv3.Event{created, tc.ev})
+			if got := errors.Is(err, errNoPrevKV); got != tc.wantErr {
+				t.Fatalf("apply error = %v, want errNoPrevKV: %v", err, tc.wantErr)
+			}
+			if why, ok := relistReason(err); tc.wantErr && (!ok || why != "prev_kv_missing") {
+				t.Fatalf("relistReason(%v) = %q, %v; want a re-list", err, why, ok)
+			}
+			var held []uint64
+			for _, h := range []uint64{1, 2, 3} {
+				var sc index.Scratch
+				ix.Lookup(&sc, model, []uint64{h}, nil)
+				if len(sc.Matches) == 1 {
+					held = append(held, h)
+				}
+			}
+			if diff := gocmp.Diff(tc.want, held); diff != "" || ix.Revision() != tc.wantRev {
+				t.Fatalf("after apply: revision %d (want %d), keys (-want +got):\n%s", ix.Revision(), tc.wantRev, diff)
+			}
+		})
+	}
+}
+
+func TestRelistReason(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want string
+		ok   bool
+	}{
+		{rpctypes.ErrCompacted, "compacted", true},
+		{fmt.Errorf("watch: %w", rpctypes.ErrCompacted), "compacted", true},
+		{fmt.Errorf("%w: DELETE", errNoPrevKV), "prev_kv_missing", true},
+		{errWatchClosed, "", false},
+		{context.Canceled, "", false},
+	} {
+		if why, ok := relistReason(tc.err); why != tc.want || ok != tc.ok {
+			t.Errorf("relistReason(%v) = %q, %v; want %q, %v", tc.err, why, ok, tc.want, tc.ok)
+		}
+	}
 }

@@ -35,12 +35,12 @@ func newMirror(t *testing.T, w *writer) *mirror {
 func (mr *mirror) sync(m *refmodel.Model) {
 	mr.t.Helper()
 	const maxOps = 127 // plus the offset: etcd's default --max-txn-ops
-	var ops []clientv3.Op
+	var ops []any
 	flush := func() {
 		mr.w.commit(ops...)
 		ops = nil
 	}
-	add := func(op clientv3.Op) {
+	add := func(op any) {
 		if ops = append(ops, op); len(ops) == maxOps {
 			flush()
 		}

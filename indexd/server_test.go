@@ -257,19 +257,24 @@ func TestMalformedKeysCounted(t *testing.T) {
 	w := newWriter(t, e.Client)
 	ks := keyspace.Default()
 	junk := func(k string) clientv3.Op { return clientv3.OpPut(k, "") }
-	// Before the list: junk in the blocks/ section, under a known endpoint.
+	junkValue := func(k, v string) clientv3.Op { return clientv3.OpPut(k, v) }
+	// Before the list: junk in the chunks/ section, under a known endpoint
+	// and not; a chunk value that does not parse.
 	w.commit(w.record(pod0, keyspace.EndpointRecord{}), w.put(blk(pod0, tier.GPU, 1)),
-		junk(ks.EndpointBlocksPrefix(pod0)+"gpu/not-a-hash"), junk(ks.Prefix()+"blocks/x"))
+		junk(ks.EndpointChunksPrefix(pod0)+"gpu/not-a-seq"), junk(ks.Prefix()+"chunks/x"),
+		junkValue(ks.ChunkKey(pod0, tier.CPU, 7), "\x07ragged"))
 	r := startReplica(t, e.Client)
 	r.waitServing(t)
-	// Through the watch: junk in several sections and a bad record.
-	w.commit(junk(ks.Prefix()+"nosection/1"), junk(ks.EndpointBlocksPrefix(pod1)+"hbm/0000000000000001"),
+	// Through the watch: junk in several sections, a v1 block key, a bad
+	// record and a bad chunk value.
+	w.commit(junk(ks.Prefix()+"nosection/1"), junk(ks.EndpointChunksPrefix(pod1)+"hbm/0000000000000001"),
+		junk(ks.BlockKey(pod1, tier.GPU, 1)), junkValue(ks.ChunkKey(pod1, tier.GPU, 9), "\x10short"),
 		clientv3.OpPut(ks.EndpointKey(pod2), "{not json"), w.put(blk(pod0, tier.GPU, 2)))
 	got, _ := lookup(t, r, w, model, []uint64{1, 2}, nil)
 	if len(got) != 1 || got[0].Blocks != 2 {
 		t.Fatalf("the index did not go on after malformed keys: %+v", got)
 	}
-	for kind, want := range map[string]float64{"blocks": 3, "unknown": 1, "endpoints": 1} {
+	for kind, want := range map[string]float64{"chunks": 5, "blocks": 1, "unknown": 1, "endpoints": 1} {
 		if n := r.counter(t, r.srv.m.malformed.WithLabelValues(kind)); n != want {
 			t.Errorf("malformed_total{kind=%s} = %v, want %v", kind, n, want)
 		}

@@ -20,13 +20,14 @@ import (
 )
 
 // putTokenBlocks stores keys on ep in tier t as a token-mode ingester
-// does: the key's hash segment is the canonical key, the value the
-// engine's hash (16 hex digits; indexd does not read it).
-func (w *writer) putTokenBlocks(ep keyspace.Endpoint, t tier.Tier, keys []uint64) []clientv3.Op {
-	var ops []clientv3.Op
+// does: each chunk entry is the canonical key then the engine's hash
+// (indexd does not read the latter).
+func (w *writer) putTokenBlocks(ep keyspace.Endpoint, t tier.Tier, keys []uint64) []any {
+	w.chunks.Engine = true
+	var ops []any
 	for i, k := range keys {
-		engine := fmt.Sprintf("%016x", 0xe0000000+uint64(i)) // what the engine called the block
-		ops = append(ops, clientv3.OpPut(w.ks.BlockKey(ep, t, k), engine, clientv3.WithLease(w.lease)))
+		engine := 0xe0000000 + uint64(i) // what the engine called the block
+		ops = append(ops, blockOp{b: keyspace.Block{Endpoint: ep, Tier: t, Hash: k}, engine: engine})
 	}
 	return ops
 }
@@ -85,7 +86,7 @@ func TestTokenLookup(t *testing.T) {
 	rec := func(mode keyspace.HashMode, size uint32) keyspace.EndpointRecord {
 		return keyspace.EndpointRecord{HashMode: mode, BlockSize: size}
 	}
-	var ops []clientv3.Op
+	var ops []any
 	for _, s := range []struct {
 		pod    string
 		rec    keyspace.EndpointRecord
@@ -219,7 +220,7 @@ func TestTokenLookupPreV11Record(t *testing.T) {
 	w := newWriter(t, e.Client)
 	ep := keyspace.Endpoint{Model: model, Pod: "old"}
 	toks := []uint32{1, 2, 3, 4, 5, 6, 7, 8}
-	ops := []clientv3.Op{clientv3.OpPut(w.ks.EndpointKey(ep), `{"block_size":4}`, clientv3.WithLease(w.lease))}
+	ops := []any{clientv3.OpPut(w.ks.EndpointKey(ep), `{"block_size":4}`, clientv3.WithLease(w.lease))}
 	ops = append(ops, w.putTokenBlocks(ep, tier.GPU, client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 4))...)
 	w.commit(ops...)
 	if got := tokenLookup(t, r, w, &kvindexv1.TokenPrompt{TokenIds: toks}); len(got.Matches) != 0 {
@@ -245,7 +246,7 @@ func TestTokenLookupInvalid(t *testing.T) {
 	})
 	r.waitServing(t)
 	w := newWriter(t, e.Client)
-	var ops []clientv3.Op
+	var ops []any
 	for i, size := range []uint32{4, 8, 16, 32, 64} {
 		ops = append(ops, w.record(keyspace.Endpoint{Model: "sizes", Pod: fmt.Sprintf("p%d", i)}, keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: size}))
 	}

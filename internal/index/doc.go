@@ -7,6 +7,11 @@
 // etcd, gRPC or Kafka of its own, so the benchmarks (internal/sim/bench) and
 // tests build and query an Index directly.
 //
+// Input: keyspace v2's chunk values (DESIGN "etcd keyspace (v2)"), each
+// put applied as the difference from the chunk's previous value, which
+// the caller passes (etcd's prev_kv); the index keeps no chunk state
+// (chunks.go, and DESIGN "Reads (indexd)" for the measured reason).
+//
 // Layout: endpoints interned to integer IDs, per model one
 // map[uint64]uint32 from block hash to an inline (endpoint, tier mask) or
 // an endpoint set in a pointer-free arena (set.go). Lookup walks the hashes

@@ -23,7 +23,8 @@ import (
 // map[uint64]uint32 from block hash to a slot value that holds a single
 // endpoint and its tier mask inline, or the offset of a sorted endpoint set
 // in a pointer-free arena (setArena) for blocks several endpoints hold. A
-// (block, endpoint) held in several tiers costs nothing extra.
+// (block, endpoint) held in several tiers costs nothing extra, and no
+// chunk state is kept (chunks.go).
 //
 // Concurrency: one writer (indexd's reflector) mutates it inside Write,
 // one whole etcd revision at a time, so readers (Lookup, ListEndpoints,
@@ -45,6 +46,13 @@ type Index struct {
 	byEndpoint map[keyspace.Endpoint]uint32
 	sets       setArena
 	entries    uint64
+	// dups counts, per (endpoint, tier, key hash) that more than one
+	// chunk holds, the holders beyond the first (chunks.go); empty while
+	// the writer keeps its rule, and between the events of a revision
+	// that moves a key from one chunk to another.
+	dups map[dupKey]uint32
+	// keysA and keysB are putChunk's sort buffers.
+	keysA, keysB []uint64
 }
 
 // table is one model's blocks.
@@ -63,7 +71,7 @@ type table struct {
 // ID.
 type endpoint struct {
 	ep     keyspace.Endpoint
-	prefix string // keyspace EndpointBlocksPrefix, the fast-path key
+	prefix string // keyspace EndpointChunksPrefix, the fast-path key
 	tbl    *table
 	blocks [tier.Count]uint64
 	// record says the endpoints/ record exists; meta is decoded from it.
@@ -139,6 +147,11 @@ type Stats struct {
 	Models int
 	// SetWords is the arena's live words (4 bytes each).
 	SetWords int
+	// Duplicates counts the holds of an (endpoint, tier, key hash) by a
+	// chunk beyond the first one holding it: 0 while the writer keeps
+	// its rule (a key hash is in at most one chunk of an (endpoint,
+	// tier)) and after every whole revision it writes.
+	Duplicates int
 }
 
 // New returns an empty index for keys under ks at revision 0.
@@ -152,13 +165,16 @@ func New(ks keyspace.Keyspace) *Index {
 }
 
 // Write runs fn, which applies the events of one etcd revision with
-// ApplyPut, ApplyDelete or Put, under the write lock, and then raises the
+// ApplyPut, ApplyDelete or Put, in any order, under the write lock, and then raises the
 // index's revision to rev (a lower rev leaves it): readers see all of the
 // revision or none of it. fn must not call the index's read methods.
 func (ix *Index) Write(rev int64, fn func()) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	fn()
+	if ix.dups != nil && len(ix.dups) == 0 {
+		ix.dups = nil // a move's transient holds are gone: let the map go
+	}
 	if rev > ix.revision {
 		ix.revision = rev
 	}
@@ -176,77 +192,81 @@ func (ix *Index) Stats() Stats {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	s := Stats{Entries: ix.entries, Endpoints: len(ix.byPrefix), Models: len(ix.tables), SetWords: ix.sets.live}
+	for _, n := range ix.dups {
+		s.Duplicates += int(n)
+	}
 	for _, t := range ix.tables {
 		s.Blocks += len(t.blocks)
 	}
 	return s
 }
 
-// ApplyPut applies a put of key with value. It returns the key's kind and,
-// for a key or value it cannot use, an error wrapping
+// ApplyPut applies a put of key with value, whose value before the put
+// was prev (etcd's prev_kv; nil when the put created the key). It returns
+// the key's kind and, for a key or value it cannot use, an error wrapping
 // keyspace.ErrMalformedKey, ErrMalformedValue or ErrFull; the caller
-// counts and logs it, and the index is unchanged except that a malformed
-// endpoint record still marks its endpoint as recorded. owners/,
-// ingesters/ and members/ keys are not indexed. Call it inside Write (or
-// on an index not shared yet).
-func (ix *Index) ApplyPut(key string, value []byte) (keyspace.Kind, error) {
+// counts and logs it. owners/, ingesters/ and members/ keys are not
+// indexed, and prev matters only for chunks/ keys.
+//
+// A chunk put is applied as the difference between prev and value (see
+// chunks.go): the keys prev holds and value does not are removed, the
+// ones value holds and prev does not are added. A value that does not
+// parse counts as a chunk holding nothing (its old entries go, and the
+// error says why); a prev that does not parse counts as nothing too, as
+// it did when it arrived. A malformed endpoint record still marks its
+// endpoint as recorded. Call it inside Write (or on an index not shared
+// yet).
+func (ix *Index) ApplyPut(key string, prev, value []byte) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
-	case keyspace.KindBlock:
-		return kind, ix.putBlock(key)
+	case keyspace.KindChunk:
+		return kind, ix.putChunk(key, prev, value)
 	case keyspace.KindEndpoint:
 		return kind, ix.putEndpoint(key, value)
 	case keyspace.KindOffset:
 		return kind, ix.putOffset(key, value)
 	case keyspace.KindOwner, keyspace.KindIngester, keyspace.KindMember:
 		return kind, nil
+	case keyspace.KindBlock:
+		return kind, errV1Block(key)
 	}
 	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
 }
 
-// ApplyDelete applies a delete of key, with ApplyPut's contract. Deleting
-// something absent is a no-op.
-func (ix *Index) ApplyDelete(key string) (keyspace.Kind, error) {
+// ApplyDelete applies a delete of key, whose value until then was prev
+// (etcd's prev_kv), with ApplyPut's contract: a chunk delete removes every
+// key prev holds. Deleting something absent is a no-op.
+func (ix *Index) ApplyDelete(key string, prev []byte) (keyspace.Kind, error) {
 	kind := ix.ks.KindOf(key)
 	switch kind {
-	case keyspace.KindBlock:
-		return kind, ix.deleteBlock(key)
+	case keyspace.KindChunk:
+		return kind, ix.deleteChunk(key, prev)
 	case keyspace.KindEndpoint:
 		return kind, ix.deleteEndpoint(key)
 	case keyspace.KindOffset:
 		return kind, ix.deleteOffset(key)
 	case keyspace.KindOwner, keyspace.KindIngester, keyspace.KindMember:
 		return kind, nil
+	case keyspace.KindBlock:
+		return kind, errV1Block(key)
 	}
 	return kind, fmt.Errorf("%w: %q is in no known section", keyspace.ErrMalformedKey, key)
 }
 
-// putBlock makes (block, endpoint, tier) present; present already is a
-// no-op (presence, not counts). The fast path (a known endpoint prefix)
-// allocates nothing.
-func (ix *Index) putBlock(key string) error {
-	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
-	if err != nil {
-		return err
-	}
-	id, ok := ix.byPrefix[prefix]
-	if !ok {
-		blk, err := ix.ks.ParseBlockKey(key)
-		if err != nil {
-			return err
-		}
-		if id, err = ix.intern(blk.Endpoint, prefix); err != nil {
-			return err
-		}
-	}
-	return ix.putID(id, t, hash)
+// errV1Block is the error for a v1 block key: the reader reads chunks
+// only (DESIGN "etcd keyspace (v2)"), so a blocks/ key under the prefix
+// means a keyspace that was not migrated.
+func errV1Block(key string) error {
+	return fmt.Errorf("%w: %q is a v1 block key; indexd reads v2 chunks only: the keyspace was not migrated to v2", keyspace.ErrMalformedKey, key)
 }
 
-// Put makes (hash, ep, t) present, as ApplyPut of ep's block key would,
-// without building or parsing a key: for building an index from known
-// entries (the benchmarks in internal/sim/bench build millions). It errors for
-// an invalid endpoint (keyspace.ErrMalformedKey) or tier, or with ErrFull.
-// Call it inside Write (or on an index not shared yet).
+// Put makes (hash, ep, t) present without building or parsing a key: for
+// building an index from known entries (the benchmarks in
+// internal/sim/bench build millions). It is presence, not a chunk: a
+// triple Put twice is present once, and it must not be mixed with chunk
+// puts of the same (endpoint, tier). It errors for an invalid endpoint
+// (keyspace.ErrMalformedKey) or tier, or with ErrFull. Call it inside
+// Write (or on an index not shared yet).
 func (ix *Index) Put(ep keyspace.Endpoint, t tier.Tier, hash uint64) error {
 	if !t.Valid() {
 		return fmt.Errorf("%w: tier %d", keyspace.ErrMalformedKey, t)
@@ -257,16 +277,20 @@ func (ix *Index) Put(ep keyspace.Endpoint, t tier.Tier, hash uint64) error {
 			return err
 		}
 		var err error
-		if id, err = ix.intern(ep, ix.ks.EndpointBlocksPrefix(ep)); err != nil {
+		if id, err = ix.intern(ep, ix.ks.EndpointChunksPrefix(ep)); err != nil {
 			return err
 		}
 	}
-	return ix.putID(id, t, hash)
+	_, err := ix.addRef(id, t, hash)
+	if err != nil {
+		ix.maybeFree(id)
+	}
+	return err
 }
 
-// EndpointPrefixes returns the blocks/ key prefix (keyspace
-// EndpointBlocksPrefix) of every endpoint the index knows, unsorted: where
-// a list cuts the blocks/ keyspace into one range per endpoint.
+// EndpointPrefixes returns the chunks/ key prefix (keyspace
+// EndpointChunksPrefix) of every endpoint the index knows, unsorted: where
+// a list cuts the chunks/ keyspace into one range per endpoint.
 func (ix *Index) EndpointPrefixes() []string {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
@@ -275,60 +299,6 @@ func (ix *Index) EndpointPrefixes() []string {
 		out = append(out, p)
 	}
 	return out
-}
-
-// putID makes hash present on endpoint id in tier t.
-func (ix *Index) putID(id uint32, t tier.Tier, hash uint64) error {
-	e := &ix.eps[id]
-	m := e.tbl.blocks
-	v := m[hash]
-	nv, added, err := ix.sets.add(v, id, tierBit(t))
-	if err != nil {
-		ix.maybeFree(id)
-		return err
-	}
-	if nv != v {
-		m[hash] = nv
-	}
-	if added {
-		e.blocks[t-1]++
-		ix.entries++
-	}
-	return nil
-}
-
-// deleteBlock makes (block, endpoint, tier) absent.
-func (ix *Index) deleteBlock(key string) error {
-	prefix, t, hash, err := ix.ks.SplitBlockKey(key)
-	if err != nil {
-		return err
-	}
-	id, ok := ix.byPrefix[prefix]
-	if !ok {
-		// An endpoint we do not know holds nothing here; still insist on
-		// a well-formed key so junk is counted.
-		_, err := ix.ks.ParseBlockKey(key)
-		return err
-	}
-	e := &ix.eps[id]
-	m := e.tbl.blocks
-	v, ok := m[hash]
-	if !ok {
-		return nil
-	}
-	nv, removed := ix.sets.remove(v, id, tierBit(t))
-	if !removed {
-		return nil
-	}
-	if nv == 0 {
-		delete(m, hash)
-	} else if nv != v {
-		m[hash] = nv
-	}
-	e.blocks[t-1]--
-	ix.entries--
-	ix.maybeFree(id)
-	return nil
 }
 
 // putEndpoint records an endpoints/ record. A value that does not decode
@@ -341,7 +311,7 @@ func (ix *Index) putEndpoint(key string, value []byte) error {
 	}
 	id, ok := ix.byEndpoint[ep]
 	if !ok {
-		if id, err = ix.intern(ep, ix.ks.EndpointBlocksPrefix(ep)); err != nil {
+		if id, err = ix.intern(ep, ix.ks.EndpointChunksPrefix(ep)); err != nil {
 			return err
 		}
 	}
@@ -390,7 +360,7 @@ func (ix *Index) retoken(id uint32, before uint32) {
 }
 
 // deleteEndpoint forgets an endpoints/ record. It drops no block: blocks
-// are deleted by their own keys.
+// go with their chunks' keys.
 func (ix *Index) deleteEndpoint(key string) error {
 	ep, err := ix.ks.ParseEndpointKey(key)
 	if err != nil {

@@ -81,30 +81,42 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 					t.Error("no token Lookup matched anything: the stream does not exercise LookupTokens")
 				}
 			}()
+			chunker := indextest.NewChunker(ks)
+			chunker.Size, chunker.MergeBelow = 4+rng.IntN(5), 2
 			for op := 0; op < tc.ops; op++ {
-				ep := randEp()
-				switch r := rng.IntN(100); {
-				case r < 3: // endpoint record churn
-					if rng.IntN(2) == 0 {
-						m := indextest.Meta{HashMode: testModes[rng.IntN(len(testModes))], BlockSize: testSizes[rng.IntN(len(testSizes))]}
-						val, _ := (&keyspace.EndpointRecord{HashMode: m.HashMode, BlockSize: m.BlockSize}).Marshal()
-						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep), val) })
-						ref.Records[ep] = true
-						ref.Meta[ep] = m
-					} else {
-						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(ep)) })
-						delete(ref.Records, ep)
+				// One batch of block ops, written as its chunk ops in one
+				// revision, applied in a random order.
+				for range 1 + rng.IntN(6) {
+					ep := randEp()
+					switch r := rng.IntN(100); {
+					case r < 3: // endpoint record churn
+						if rng.IntN(2) == 0 {
+							m := indextest.Meta{HashMode: testModes[rng.IntN(len(testModes))], BlockSize: testSizes[rng.IntN(len(testSizes))]}
+							val, _ := (&keyspace.EndpointRecord{HashMode: m.HashMode, BlockSize: m.BlockSize}).Marshal()
+							mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep), nil, val) })
+							ref.Records[ep] = true
+							ref.Meta[ep] = m
+						} else {
+							mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(ep), nil) })
+							delete(ref.Records, ep)
+						}
+					case r < 4:
+						chunker.Drop(ep)
+					default:
+						tr, h := tier.All[rng.IntN(tier.Count)], pool[rng.IntN(len(pool))]
+						if r < tc.putPct {
+							chunker.Store(ep, tr, h, h)
+						} else {
+							chunker.Remove(ep, tr, h)
+						}
 					}
-				default:
-					b := keyspace.Block{Endpoint: ep, Tier: tier.All[rng.IntN(tier.Count)], Hash: pool[rng.IntN(len(pool))]}
-					key := ks.BlockKey(b.Endpoint, b.Tier, b.Hash)
-					if r < tc.putPct {
-						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(key, nil) })
-						ref.Present[b] = true
-					} else {
-						mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(key) })
-						delete(ref.Present, b)
-					}
+				}
+				ops := chunker.Flush()
+				rng.Shuffle(len(ops), func(i, j int) { ops[i], ops[j] = ops[j], ops[i] })
+				applyChunkOps(t, ix, int64(op+2), ops)
+				chunker.Present(ref)
+				if st := ix.Stats(); st.Duplicates != 0 {
+					t.Fatalf("op %d: %d duplicate holds after a whole revision", op, st.Duplicates)
 				}
 				if op%50 != 0 {
 					continue
@@ -158,6 +170,26 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 	}
 }
 
+// applyChunkOps applies ops as the events of one revision.
+func applyChunkOps(t *testing.T, ix *index.Index, rev int64, ops []indextest.ChunkOp) {
+	t.Helper()
+	var err error
+	ix.Write(rev, func() {
+		for _, op := range ops {
+			var e error
+			if op.Value == nil {
+				_, e = ix.ApplyDelete(op.Key, op.Prev)
+			} else {
+				_, e = ix.ApplyPut(op.Key, op.Prev, op.Value)
+			}
+			err = errors.Join(err, e)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 func mustApply(t *testing.T, ix *index.Index, rev int64, fn func() (keyspace.Kind, error)) {
 	t.Helper()
 	var err error
@@ -193,37 +225,6 @@ func checkInvariants(t *testing.T, ix *index.Index, ref *indextest.Reference) {
 	}
 }
 
-func TestIndexPresenceNotCounts(t *testing.T) {
-	ks := keyspace.Default()
-	ep := keyspace.Endpoint{Model: "m", Pod: "p"}
-	for _, tc := range []struct {
-		name string
-		ops  []string // "+gpu:1", "-cpu:1"
-		want []index.Match
-	}{
-		{name: "repeat_put_is_noop", ops: []string{"+gpu:1", "+gpu:1", "-gpu:1"}, want: nil},
-		{name: "delete_absent_is_noop", ops: []string{"-gpu:1", "+gpu:1"}, want: []index.Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.GPU}}}},
-		{name: "best_tier_wins", ops: []string{"+disk:1", "+cpu:1"}, want: []index.Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.CPU}}}},
-		{name: "other_tier_survives_removal", ops: []string{"+gpu:1", "+disk:1", "-gpu:1"}, want: []index.Match{{Endpoint: ep, Blocks: 1, Tiers: []tier.Tier{tier.Disk}}}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			ix := index.New(ks)
-			for _, op := range tc.ops {
-				tr, _ := tier.Parse(op[1:strings.IndexByte(op, ':')])
-				key := ks.BlockKey(ep, tr, 1)
-				if op[0] == '+' {
-					mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(key, nil) })
-				} else {
-					mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(key) })
-				}
-			}
-			if diff := gocmp.Diff(tc.want, lookupCopy(ix, "m", []uint64{1}, nil)); diff != "" {
-				t.Fatalf("(-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestIndexMalformedKeys(t *testing.T) {
 	ks := keyspace.Default()
 	for _, tc := range []struct {
@@ -234,10 +235,15 @@ func TestIndexMalformedKeys(t *testing.T) {
 		wantErr error
 	}{
 		{name: "no_section", key: "/kvindex/v2/whatever/x", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_hash", key: "/kvindex/v2/blocks/m/p/0/gpu/xyz", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_tier", key: "/kvindex/v2/blocks/m/p/0/hbm/0000000000000001", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_rank", key: "/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", wantErr: keyspace.ErrMalformedKey},
-		{name: "bad_rank_delete", key: "/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", del: true, wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_seq", key: "/kvindex/v2/chunks/m/p/0/gpu/xyz", value: "\x08\x00\x00\x00\x00\x00\x00\x00\x01", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_tier", key: "/kvindex/v2/chunks/m/p/0/hbm/0000000000000001", value: "\x08\x00\x00\x00\x00\x00\x00\x00\x01", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_rank", key: "/kvindex/v2/chunks/m/p/01/gpu/0000000000000001", value: "\x08\x00\x00\x00\x00\x00\x00\x00\x01", wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_rank_delete", key: "/kvindex/v2/chunks/m/p/01/gpu/0000000000000001", del: true, wantErr: keyspace.ErrMalformedKey},
+		{name: "bad_width", key: ks.ChunkKey(keyspace.Endpoint{Model: "m", Pod: "p"}, tier.GPU, 0), value: "\x07\x00\x00\x00\x00\x00\x00\x01", wantErr: index.ErrMalformedValue},
+		{name: "ragged_value", key: ks.ChunkKey(keyspace.Endpoint{Model: "m", Pod: "p"}, tier.GPU, 0), value: "\x08\x00\x00\x01", wantErr: index.ErrMalformedValue},
+		{name: "empty_value", key: ks.ChunkKey(keyspace.Endpoint{Model: "m", Pod: "p"}, tier.GPU, 0), value: "", wantErr: index.ErrMalformedValue},
+		{name: "v1_block_key", key: "/kvindex/v2/blocks/m/p/0/gpu/0000000000000001", wantErr: keyspace.ErrMalformedKey},
+		{name: "v1_block_key_delete", key: "/kvindex/v2/blocks/m/p/0/gpu/0000000000000001", del: true, wantErr: keyspace.ErrMalformedKey},
 		{name: "bad_endpoint_key", key: "/kvindex/v2/endpoints/m/p", wantErr: keyspace.ErrMalformedKey},
 		{name: "bad_endpoint_value", key: ks.EndpointKey(keyspace.Endpoint{Model: "m", Pod: "p"}), value: "{", wantErr: index.ErrMalformedValue},
 		{name: "bad_offset_value", key: ks.OffsetKey(keyspace.Partition{Topic: "t"}), value: "-3", wantErr: index.ErrMalformedValue},
@@ -248,15 +254,16 @@ func TestIndexMalformedKeys(t *testing.T) {
 			var err error
 			ix.Write(1, func() {
 				if tc.del {
-					_, err = ix.ApplyDelete(tc.key)
+					_, err = ix.ApplyDelete(tc.key, []byte(tc.value))
 				} else {
-					_, err = ix.ApplyPut(tc.key, []byte(tc.value))
+					_, err = ix.ApplyPut(tc.key, nil, []byte(tc.value))
 				}
 			})
 			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
 				t.Fatalf("error = %v, want %v", err, tc.wantErr)
 			}
-			if st := ix.Stats(); st.Entries != 0 {
+			// (A malformed endpoint record still marks its endpoint.)
+			if st := ix.Stats(); st.Entries != 0 || (ks.KindOf(tc.key) == keyspace.KindChunk && st.Endpoints != 0) {
 				t.Fatalf("a malformed key changed the index: %+v", st)
 			}
 		})
@@ -336,12 +343,12 @@ func TestIndexLookupTokens(t *testing.T) {
 			ix := index.New(ks)
 			for _, r := range tc.records {
 				val, _ := (&keyspace.EndpointRecord{HashMode: r.mode, BlockSize: r.size}).Marshal()
-				mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep(r.pod)), val) })
+				mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(ep(r.pod)), nil, val) })
 			}
 			for pod, hs := range tc.blocks {
-				for _, h := range hs {
-					mustApply(t, ix, 2, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.BlockKey(ep(pod), tier.GPU, h), nil) })
-				}
+				mustApply(t, ix, 2, func() (keyspace.Kind, error) {
+					return ix.ApplyPut(ks.ChunkKey(ep(pod), tier.GPU, 0), nil, chunkValue(hs...))
+				})
 			}
 			var cands []keyspace.Endpoint
 			if tc.cands != nil {
@@ -375,12 +382,12 @@ func TestIndexTokenGroupsFollowRecords(t *testing.T) {
 	a := keyspace.Endpoint{Model: "m", Pod: "a"}
 	put := func(ix *index.Index, mode keyspace.HashMode, size uint32) {
 		val, _ := (&keyspace.EndpointRecord{HashMode: mode, BlockSize: size}).Marshal()
-		mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(a), val) })
+		mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.EndpointKey(a), nil, val) })
 	}
 	ix := index.New(ks)
-	for _, h := range []uint64{17, 33} {
-		mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyPut(ks.BlockKey(a, tier.CPU, h), nil) })
-	}
+	mustApply(t, ix, 1, func() (keyspace.Kind, error) {
+		return ix.ApplyPut(ks.ChunkKey(a, tier.CPU, 3), nil, chunkValue(17, 33))
+	})
 	keys := func(size int) []uint64 { return []uint64{uint64(size) + 1} }
 	for i, step := range []struct {
 		do   func()
@@ -390,10 +397,10 @@ func TestIndexTokenGroupsFollowRecords(t *testing.T) {
 		{func() { put(ix, keyspace.HashModeToken, 32) }, 32},
 		{func() { put(ix, keyspace.HashModeEngine, 32) }, 0},
 		{func() { put(ix, keyspace.HashModeToken, 16) }, 16},
-		{func() { ix.Write(1, func() { _, _ = ix.ApplyPut(ks.EndpointKey(a), []byte("{")) }) }, 0},
+		{func() { ix.Write(1, func() { _, _ = ix.ApplyPut(ks.EndpointKey(a), nil, []byte("{")) }) }, 0},
 		{func() { put(ix, keyspace.HashModeToken, 32) }, 32},
 		{func() {
-			mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(a)) })
+			mustApply(t, ix, 1, func() (keyspace.Kind, error) { return ix.ApplyDelete(ks.EndpointKey(a), nil) })
 		}, 0},
 	} {
 		step.do()

@@ -44,6 +44,16 @@ func startIndex(t *testing.T) string {
 	return startIndexWith(t, nil)
 }
 
+// chunkPut is the put of a chunk holding keys, as the ingester writes it
+// (in token mode, withEngine, each with a made-up engine hash).
+func chunkPut(key string, withEngine bool, keys ...uint64) clientv3.Op {
+	es := make([]keyspace.ChunkEntry, len(keys))
+	for i, k := range keys {
+		es[i] = keyspace.ChunkEntry{Key: k, Engine: 0xaa00 + uint64(i)}
+	}
+	return clientv3.OpPut(key, string(keyspace.AppendChunkValue(nil, es, withEngine)))
+}
+
 // startIndexWith is startIndex with extra etcd operations in the same
 // transaction and a change to indexd's config.
 func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op) string {
@@ -57,9 +67,9 @@ func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op
 	defer cancel()
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(ks.EndpointKey(ep0), string(rec)),
-		clientv3.OpPut(ks.BlockKey(ep0, tier.GPU, 0xe5068d13bba8906f), ""),
-		clientv3.OpPut(ks.BlockKey(ep0, tier.CPU, 0x1c92a7b9b9bec94f), ""),
-		clientv3.OpPut(ks.BlockKey(ep1, tier.Disk, 0xe5068d13bba8906f), ""),
+		chunkPut(ks.ChunkKey(ep0, tier.GPU, 0), false, 0xe5068d13bba8906f),
+		chunkPut(ks.ChunkKey(ep0, tier.CPU, 0), false, 0x1c92a7b9b9bec94f),
+		chunkPut(ks.ChunkKey(ep1, tier.Disk, 0), false, 0xe5068d13bba8906f),
 		clientv3.OpPut(ks.OffsetKey(keyspace.Partition{Topic: "kvindex-events", Partition: 2}), "41"),
 	}, extra...)
 	_, err := e.Client.Txn(ctx).Then(ops...).Commit()
@@ -282,9 +292,9 @@ func TestTablesQuoteUnprintableNames(t *testing.T) {
 	odd := []string{"nl\npod", "nul\x00pod", "tab\tpod", `"quoted"`}
 	var ops []clientv3.Op
 	for _, pod := range odd {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: model, Pod: pod}, tier.GPU, 0xe5068d13bba8906f), ""))
+		ops = append(ops, chunkPut(ks.ChunkKey(keyspace.Endpoint{Model: model, Pod: pod}, tier.GPU, 0), false, 0xe5068d13bba8906f))
 	}
-	ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: "m\x1b[31m", Pod: "p"}, tier.GPU, 1), ""))
+	ops = append(ops, chunkPut(ks.ChunkKey(keyspace.Endpoint{Model: "m\x1b[31m", Pod: "p"}, tier.GPU, 0), false, 1))
 	addr := startIndexWith(t, nil, ops...)
 
 	lookupOut, err := run(t, NewCommand, "--index", addr, "--model", model, "e5068d13bba8906f")
@@ -344,7 +354,7 @@ func TestEndpointsCommandWalksPages(t *testing.T) {
 	ks := keyspace.Default()
 	var ops []clientv3.Op
 	for i := range 30 {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(keyspace.Endpoint{Model: "paged", Pod: fmt.Sprintf("pod-%02d", i)}, tier.CPU, 1), ""))
+		ops = append(ops, chunkPut(ks.ChunkKey(keyspace.Endpoint{Model: "paged", Pod: fmt.Sprintf("pod-%02d", i)}, tier.CPU, 0), false, 1))
 	}
 	addr := startIndexWith(t, func(c *indexd.Config) { c.ListPageSize = 7 }, ops...)
 	out, err := run(t, NewEndpointsCommand, "--index", addr, "--model", "paged", "-o", "json")
@@ -394,15 +404,10 @@ func TestLookupTokensCommand(t *testing.T) {
 	tok2 := keyspace.Endpoint{Model: model, Pod: "tok-2"}
 	lora := keyspace.Endpoint{Model: model, Pod: "tok-lora"}
 	ops := []clientv3.Op{clientv3.OpPut(ks.EndpointKey(tok4), rec(4)), clientv3.OpPut(ks.EndpointKey(tok2), rec(2)), clientv3.OpPut(ks.EndpointKey(lora), rec(4))}
-	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 4) {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(tok4, tier.GPU, k), "00000000000000aa"))
-	}
-	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 2)[:3] {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(tok2, tier.CPU, k), "00000000000000bb"))
-	}
-	for _, k := range client.TokenKeys(client.TokenPrompt{TokenIDs: toks, LoRAName: "sql-lora"}, 4)[:1] {
-		ops = append(ops, clientv3.OpPut(ks.BlockKey(lora, tier.GPU, k), "00000000000000cc"))
-	}
+	ops = append(ops,
+		chunkPut(ks.ChunkKey(tok4, tier.GPU, 0), true, client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 4)...),
+		chunkPut(ks.ChunkKey(tok2, tier.CPU, 0), true, client.TokenKeys(client.TokenPrompt{TokenIDs: toks}, 2)[:3]...),
+		chunkPut(ks.ChunkKey(lora, tier.GPU, 0), true, client.TokenKeys(client.TokenPrompt{TokenIDs: toks, LoRAName: "sql-lora"}, 4)[:1]...))
 	addr := startIndexWith(t, nil, ops...)
 	list := "128000,9906,1917,0,315,279,1917,13,5,6"
 	file := t.TempDir() + "/prompt.json"

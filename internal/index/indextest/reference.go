@@ -1,6 +1,7 @@
 // Package indextest holds the reference the index's tests (internal/index
 // and indexd) compare against: the obvious model of what etcd holds, with
-// DESIGN semantics 5 computed naively.
+// DESIGN semantics 5 computed naively; and Chunker, the small keyspace-v2
+// writer those tests write chunks with.
 package indextest
 
 import (

@@ -184,7 +184,9 @@ func newFleetCommand() *cobra.Command {
 		partitions   int32
 		fraction     float64
 		rate         float64
+		duration     time.Duration
 		probeEvery   int
+		ceilProbe    int
 		maxInFlight  int
 		windowOps    int
 		maxTxnOps    int
@@ -193,7 +195,7 @@ func newFleetCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "fleet",
-		Short: "End-to-end rate and freshness of a simulated fleet at a fraction of the raw etcd ceiling",
+		Short: "End-to-end rate, freshness and etcd cost per block op of a simulated fleet, against the v1 layout",
 		Long: `fleet drives the whole pipeline (Kafka → ingester → etcd → two indexd
 replicas) with the KV events of a simulated fleet of --endpoints model
 servers serving the trace: requests go round-robin, each endpoint keeps an
@@ -201,22 +203,39 @@ LRU GPU cache of --gpu-blocks blocks with an LRU CPU tier of --cpu-blocks
 behind it, and publishes the vLLM BlockStored/BlockRemoved batches those
 caches emit.
 
-It first measures the raw block-op ceiling: the stream's etcd transactions,
-captured from one ingester run, written straight to a fresh etcd by one
-writer per partition. Then, on a fresh pipeline, a token-bucket pacer
-produces the batches at --fraction of that ceiling (or --rate block-ops/s;
-a negative --fraction produces as fast as the pipeline takes them). For
-every --probe-every-th batch, a Lookup on the second replica with a
+It first measures two raw block-op ceilings, each on a fresh etcd: the
+stream's etcd transactions, captured from one ingester run, written
+straight to etcd by one writer per partition; and the v1 layout's
+transactions for the same records (one key per block, the same windows
+and transaction bound) written the same way. Then, on a fresh pipeline, a
+token-bucket pacer produces the batches at --rate block-ops/s (issue 23's
+goal: 50000), or when --rate is 0 at --fraction of the first ceiling (a
+negative --fraction produces as fast as the pipeline takes them); with
+--duration the stream is cut to the batches the pacer hands out in that
+time, and every part of the run works on those. For every
+--probe-every-th batch, a Lookup on the second replica with a
 read-your-events barrier on the produced record returns when it is
 visible there: its freshness is the time from handing the batch to the
-producer to that answer. Reported: events/s and block-ops/s end to end
-(until the first replica applied the last batch), freshness p50/p99/max,
-and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
---cpuprofile profiles the paced run.`,
+producer to that answer. Last, the same pipeline unpaced (probing every
+--ceiling-probe-every-th batch) gives the end-to-end ceiling.
+
+Reported: events/s and block-ops/s of the paced run, freshness p50/p99/max
+and its stages; etcd ops per block op (the ingester's transactions' ops,
+goal ≤ 0.1), etcd DB growth per block op (dbSizeInUse from etcd's
+Maintenance Status, before and after) against the v1 layout's (goal ≤
+0.25×), watch bytes per block op (a dedicated watcher of the keyspace,
+protobuf size of each event's KeyValue); the ceilings, and the end-to-end
+ceiling against the v1 layout's raw ceiling (goal ≥ 5×). Every rate and
+every per-block-op figure counts the stream's block ops as published.
+Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
+50000 block-ops/s or more (issue 23). --cpuprofile profiles the paced run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.begin(cmd.Flags(), map[string]string{"requests": "1500"}); err != nil {
 				return err
+			}
+			if duration < 0 || (duration != 0 && rate <= 0) {
+				return usagef("--duration %s needs --rate (and a positive duration)", duration)
 			}
 			bs, err := setup.setup()
 			if err != nil {
@@ -230,8 +249,8 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 			if err != nil {
 				return err
 			}
-			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate,
-				ProbeEvery: probeEvery, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
+			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate, Duration: duration,
+				ProbeEvery: probeEvery, CeilingProbeEvery: ceilProbe, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -249,31 +268,42 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 			r.Notef("stream: %d requests on %d endpoints (GPU %d blocks, CPU %d): %d batches, %d events, %d block ops, %.1f MB; cache hits GPU %d, CPU %d, misses %d",
 				st.Stats.Requests, stream.Endpoints, stream.GPUBlocks, stream.CPUBlocks, len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6,
 				st.Stats.GPUHits, st.Stats.CPUHits, st.Stats.Misses)
-			r.Notef("ceiling: %d block ops (after coalescing) in %d transactions written in %s by %d writers",
-				res.CeilingOps, res.CeilingTxns, res.CeilingTime.Round(time.Millisecond), res.Partitions)
+			if res.Records < len(st.Records) {
+				r.Notef("--duration %s at %.0f block-ops/s: the run's stream is the first %d batches, %d events, %d block ops",
+					duration, rate, res.Records, res.Events, res.BlockOps)
+			}
+			r.Notef("ceiling (%s transactions, captured): %d transactions of %d ops, %d of them on data keys, written in %s by %d writers; etcd DB grew %d B (in use %d B)",
+				res.Captured.Layout, res.Captured.Txns, res.Captured.Ops, res.Captured.DataOps, res.CeilingTime.Round(time.Millisecond), res.Partitions, res.CeilingDB.Size, res.CeilingDB.InUse)
 			var shares []string
 			for _, w := range res.CeilingWriters {
-				shares = append(shares, fmt.Sprintf("partition %d: %d ops in %s", w.Partition, w.Ops, w.Time.Round(time.Millisecond)))
+				shares = append(shares, fmt.Sprintf("partition %d: %d data ops in %s", w.Partition, w.Ops, w.Time.Round(time.Millisecond)))
 			}
 			r.Notef("ceiling writers: %s", strings.Join(shares, "; "))
+			r.Notef("v1 layout: %d windows, %d transactions of %d ops, %d block ops after coalescing (%d not keyed), written in %s; etcd DB grew %d B (in use %d B)",
+				res.V1.Windows, res.V1.Txns, res.V1.Ops, res.V1.BlockOps, res.V1.Unkeyed, res.V1Time.Round(time.Millisecond), res.V1DB.Size, res.V1DB.InUse)
+			p := &res.Paced
 			if res.TargetRate > 0 {
-				r.Notef("paced at %.0f block-ops/s (%.3g of the ceiling); the run took %s", res.TargetRate, res.Fraction, res.Elapsed.Round(time.Millisecond))
+				r.Notef("paced at %.0f block-ops/s (%.3g of the ceiling); the run took %s", res.TargetRate, res.Fraction, p.Elapsed.Round(time.Millisecond))
 			} else {
-				r.Notef("unpaced (at most %d batches in flight); the run took %s", cfg.MaxInFlight, res.Elapsed.Round(time.Millisecond))
+				r.Notef("unpaced (at most %d batches in flight); the run took %s", cfg.MaxInFlight, p.Elapsed.Round(time.Millisecond))
 			}
+			r.Notef("paced run: the ingester wrote %d transactions of %d ops; etcd DB grew %d B (in use %d B); the watcher received %d events, %d B of KeyValues",
+				p.Txns, p.Ops, p.DB.Size, p.DB.InUse, p.WatchEvents, p.WatchBytes)
 			r.Notef("freshness probes: %d, of which %d showed the batch's endpoint; pacer stalls at the in-flight bound: %d",
-				len(res.Freshness.Sorted), res.Visible, res.Stalls)
+				len(p.Freshness.Sorted), p.Visible, p.Stalls)
 			for _, st := range []struct {
 				name string
 				l    bench.Latencies
 			}{
-				{"handed to the producer → acknowledged", res.Acks},
-				{"acknowledged → the ingester sends the transaction storing its offset", res.Sent},
-				{"sent → visible on the second replica", res.Shown},
+				{"handed to the producer → acknowledged", p.Acks},
+				{"acknowledged → the ingester sends the transaction storing its offset", p.Sent},
+				{"sent → visible on the second replica", p.Shown},
 			} {
 				r.Notef("freshness stage %s: p50 %s, p99 %s, max %s", st.name, st.l.Percentile(0.5).Round(time.Microsecond),
 					st.l.Percentile(0.99).Round(time.Microsecond), st.l.Max().Round(time.Microsecond))
 			}
+			r.Notef("unpaced end-to-end run: %s for %d block ops (%.0f block-ops/s), %d probes, p99 %s",
+				res.E2E.Elapsed.Round(time.Millisecond), res.BlockOps, res.E2ERate(), len(res.E2E.Freshness.Sorted), res.E2E.Freshness.Percentile(0.99).Round(time.Microsecond))
 			return s.write(cmd.OutOrStdout(), r)
 		},
 	}
@@ -282,8 +312,10 @@ and the ceiling. DESIGN's goal: freshness p99 ≤ 50 ms at half the ceiling.
 	registerStream(fs, &stream)
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (one ingester worker and one reference writer each)")
 	fs.Float64Var(&fraction, "fraction", 0.5, "target rate as a fraction of the measured raw block-op ceiling; negative: unpaced")
-	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s (overrides --fraction when positive)")
+	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s, a fixed pace (overrides --fraction when positive; issue 23's goal: 50000)")
+	fs.DurationVar(&duration, "duration", 0, "with --rate: cut the stream to the batches the pacer hands out in this time (0: the whole stream)")
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
+	fs.IntVar(&ceilProbe, "ceiling-probe-every", 64, "probe every n-th batch in the unpaced run that measures the end-to-end ceiling")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this; the embedded etcd takes 1024, as deploy/ runs it)")
@@ -333,14 +365,18 @@ func newIngestCommand() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "ingest",
-		Short: "Ingest block-ops/s against the same transactions written straight to etcd",
+		Short: "Ingest block-ops/s against the same transactions written straight to etcd, and the v1 layout's",
 		Long: `ingest produces the fleet's event stream (see 'kvindex bench fleet') into a
 topic before anything is timed, then measures block operations per second
 through Kafka → ingester → etcd against the raw limit measured in the same
 run: the same etcd transactions (captured from an ingester run) written
 straight to a fresh etcd by the same number of concurrent writers (one per
-partition). Rounds alternate which of the two goes first; each run gets a
-fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
+partition). Beside them, the v1 layout's transactions for the same records
+(one key per block, the same windows, --max-txn-ops per transaction) are
+written the same way: the raw limit of the ingester's layout against v1's.
+Rounds rotate which of the three goes first; each run gets a fresh etcd.
+Rates count the stream's block ops as published. DESIGN's goal: ingest ≥
+80% of the raw limit.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.begin(cmd.Flags(), map[string]string{"requests": "1500", "rounds": "1"}); err != nil {
@@ -373,9 +409,11 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 			r.Add(res.Figures()...)
 			r.Notef("stream: %d batches, %d events, %d block ops, %.1f MB, from %d requests on %d endpoints",
 				len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6, st.Stats.Requests, stream.Endpoints)
-			r.Notef("per round: %d block ops in %d captured transactions; ingest %s (steady %s), reference %s, summed over %d rounds",
-				res.RefOps/int64(res.Rounds), res.RefTxns, res.IngestTime.Round(time.Millisecond), res.SteadyTime.Round(time.Millisecond),
-				res.RefTime.Round(time.Millisecond), res.Rounds)
+			r.Notef("per round: %d captured %s transactions of %d ops, %d on data keys; v1 layout: %d transactions of %d ops, %d block ops after coalescing (%d not keyed)",
+				res.Captured.Txns, res.Captured.Layout, res.Captured.Ops, res.Captured.DataOps, res.V1.Txns, res.V1.Ops, res.V1.BlockOps, res.V1.Unkeyed)
+			r.Notef("summed over %d rounds: ingest %s (steady %s), reference %s, v1 layout %s",
+				res.Rounds, res.IngestTime.Round(time.Millisecond), res.SteadyTime.Round(time.Millisecond),
+				res.RefTime.Round(time.Millisecond), res.V1Time.Round(time.Millisecond))
 			return s.write(cmd.OutOrStdout(), r)
 		},
 	}
@@ -386,7 +424,7 @@ fresh etcd. DESIGN's goal: ingest ≥ 80% of the raw limit.`,
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the transactions each reference writer keeps in flight (the ingester writes a window in one transaction)")
-	fs.IntVar(&rounds, "rounds", 3, "reference and timed runs, alternating their order (--quick: 1)")
+	fs.IntVar(&rounds, "rounds", 3, "rounds of the reference, the v1 layout and the timed ingest, rotating their order (--quick: 1)")
 	setup.register(fs)
 	return cmd
 }
@@ -464,17 +502,25 @@ func newColdStartCommand() *cobra.Command {
 		endpoints int
 		rounds    int
 		quota     int64
+		hashMode  string
+		chunkSize int
 	)
 	cmd := &cobra.Command{
 		Use:   "coldstart",
-		Short: "Time for a fresh indexd to be ready against one unpaged Get of the same keys",
-		Long: `coldstart loads an embedded etcd with --entries block keys from the trace
-(as the ingester writes them, over --endpoints endpoints with their
-records), then runs --rounds rounds of: the reference, one unpaged Get of
-the whole blocks/ prefix on a fresh client; the same Get with keys only;
-and a fresh indexd replica from start to gRPC health SERVING. Figures are
-medians. DESIGN's goal: ready ≤ 1.25× the unpaged Get. The etcd quota is
-raised to --quota-bytes for millions of keys.`,
+		Short: "Time for a fresh indexd to be ready against one unpaged Get of the same keys, with the v1 layout beside it",
+		Long: `coldstart loads two embedded etcds with the same --entries entries from the
+trace (GPU tier, over --endpoints endpoints with their records): one in
+the v2 layout, as the ingester writes it (each endpoint's blocks in
+insertion order in chunks of --chunk-size), the other in the v1 layout
+(one key per block). Then it runs --rounds rounds of, each on a fresh
+client: one unpaged Get of the v1 blocks/ prefix; the v1 reader's list of
+it (records first, then keys-only ranges per endpoint, four at a time);
+one unpaged Get of the v2 chunks/ prefix, the reference; and a fresh
+indexd replica on the v2 etcd from start to gRPC health SERVING. Figures
+are medians. DESIGN's goal: ready ≤ 1.25× the unpaged Get. --hash-mode
+token (the ingester's default) gives 16-byte chunk entries and v1 values
+of the engine hash; engine gives 8-byte entries and empty v1 values. Each
+etcd's quota is raised to --quota-bytes for millions of keys.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.begin(cmd.Flags(), map[string]string{"entries": "200k", "rounds": "1"}); err != nil {
@@ -487,6 +533,10 @@ raised to --quota-bytes for millions of keys.`,
 			if len(sizes) != 1 {
 				return usagef("--entries %q: want one count", entries)
 			}
+			mode, err := keyspace.ParseHashMode(hashMode)
+			if err != nil {
+				return usagef("--hash-mode: %v", err)
+			}
 			log, trace, err := s.inputs()
 			if err != nil {
 				return err
@@ -496,7 +546,7 @@ raised to --quota-bytes for millions of keys.`,
 				return err
 			}
 			res, err := bench.RunColdStart(cmd.Context(), bench.ColdStartConfig{Trace: trace, Entries: sizes[0], Endpoints: endpoints,
-				Rounds: rounds, QuotaBytes: quota, Logger: log})
+				HashMode: mode, ChunkSize: chunkSize, Rounds: rounds, QuotaBytes: quota, Logger: log})
 			if perr := stop(); err == nil {
 				err = perr
 			}
@@ -505,17 +555,21 @@ raised to --quota-bytes for millions of keys.`,
 			}
 			r := &bench.Report{Title: "kvindex bench coldstart"}
 			r.Add(res.Figures()...)
-			r.Notef("%d entries on %d endpoints loaded in %s; per round: Get %v, keys-only Get %v, indexd ready %v",
-				res.Entries, res.Endpoints, res.Load.Round(time.Millisecond), rounded(res.Get), rounded(res.KeysOnlyGet), rounded(res.Ready))
+			r.Notef("%d entries on %d endpoints (%s mode): %d v2 chunks loaded in %s, v1 block keys in %s",
+				res.Entries, res.Endpoints, res.HashMode, res.Chunks, res.LoadV2.Round(time.Millisecond), res.LoadV1.Round(time.Millisecond))
+			r.Notef("per round: v2 Get %v (%d B), indexd ready %v; v1 Get %v (%d B), v1 list %v",
+				rounded(res.Get), res.GetBytes, rounded(res.Ready), rounded(res.V1Get), res.V1GetBytes, rounded(res.V1List))
 			return s.write(cmd.OutOrStdout(), r)
 		},
 	}
 	fs := cmd.Flags()
 	s.register(fs)
-	fs.StringVar(&entries, "entries", "5M", "block keys etcd holds (--quick: 200k)")
+	fs.StringVar(&entries, "entries", "5M", "(block, endpoint, tier) entries each etcd holds (--quick: 200k)")
 	fs.IntVar(&endpoints, "endpoints", 16, "endpoints holding them")
 	fs.IntVar(&rounds, "rounds", 3, "rounds; figures are medians (--quick: 1)")
-	fs.Int64Var(&quota, "quota-bytes", 8<<30, "the embedded etcd's --quota-backend-bytes")
+	fs.Int64Var(&quota, "quota-bytes", 8<<30, "each embedded etcd's --quota-backend-bytes")
+	fs.StringVar(&hashMode, "hash-mode", string(ingester.DefaultConfig().HashMode), "the endpoints' hash mode: token (16-byte chunk entries) or engine (8-byte)")
+	fs.IntVar(&chunkSize, "chunk-size", keyspace.DefaultChunkSize, "entries per v2 chunk")
 	return cmd
 }
 

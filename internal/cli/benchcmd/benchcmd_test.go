@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/kvindex/kvindex/internal/sim/bench"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -47,17 +49,36 @@ func TestQuickSmoke(t *testing.T) {
 	}
 	// The figures each subcommand must print, at least once.
 	want := map[string][]string{
-		"fleet":     {"fleet_events_per_second", "fleet_block_ops_per_second", "fleet_freshness_p50", "fleet_freshness_p99", "fleet_freshness_max", "fleet_raw_ceiling_block_ops_per_second"},
-		"ingest":    {"ingest_block_ops_per_second", "ingest_steady_block_ops_per_second", "raw_etcd_block_ops_per_second"},
-		"lookup":    {"lookup_ns_per_hash", "index_bytes_per_entry", "grpc_lookup_p50", "grpc_lookup_p99", "grpc_lookup_throughput"},
-		"coldstart": {"coldstart_ready_seconds", "coldstart_ready_vs_keys_only_seconds", "coldstart_heap_bytes_per_entry"},
+		"fleet": {"fleet_events_per_second", "fleet_block_ops_per_second", "fleet_freshness_p50", "fleet_freshness_p99", "fleet_freshness_max",
+			"fleet_freshness_ack_p99", "fleet_freshness_ingester_p99", "fleet_freshness_replica_p99", "fleet_raw_ceiling_block_ops_per_second",
+			"fleet_ceiling_vs_v1_raw", "etcd_ops_per_block_op", "etcd_db_bytes_per_block_op_vs_v1", "etcd_db_bytes_per_block_op_raw_vs_v1", "watch_bytes_per_block_op"},
+		"ingest": {"ingest_block_ops_per_second", "ingest_steady_block_ops_per_second", "raw_etcd_block_ops_per_second", "raw_etcd_vs_v1_raw_block_ops_per_second"},
+		"lookup": {"lookup_ns_per_hash", "index_bytes_per_entry", "grpc_lookup_p50", "grpc_lookup_p99", "grpc_lookup_throughput"},
+		"coldstart": {"coldstart_ready_seconds", "coldstart_ready_vs_v1_list_seconds", "coldstart_v1_list_seconds", "coldstart_get_seconds_vs_v1",
+			"coldstart_get_bytes_vs_v1", "coldstart_heap_bytes_per_entry"},
+	}
+	// The figures issue 23 asks `fleet -o json` for, each with a goal (and
+	// so a met), and the labels it names.
+	withGoal := map[string][]string{
+		"fleet_freshness_p99":              {"fsync", "rate"},
+		"fleet_ceiling_vs_v1_raw":          nil,
+		"etcd_ops_per_block_op":            nil,
+		"etcd_db_bytes_per_block_op_vs_v1": nil,
 	}
 	for _, sub := range []string{"fleet", "ingest", "lookup", "coldstart"} {
 		t.Run(sub, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			began := time.Now()
-			out := run(t, ctx, sub, "--quick", "-o", "json")
+			out, err := runErr(ctx, sub, "--quick", "-o", "json")
+			if sub == "coldstart" && errors.Is(err, bench.ErrReaderNotV2) {
+				// Until indexd reads chunks (issue 23 item 3), the v2 cold
+				// start has no reader to time.
+				t.Skipf("coldstart: %v", err)
+			}
+			if err != nil {
+				t.Fatalf("bench %s: %v", sub, err)
+			}
 			t.Logf("%s --quick took %s", sub, time.Since(began).Round(time.Millisecond))
 			var names []string
 			sc := bufio.NewScanner(bytes.NewReader(out))
@@ -92,6 +113,16 @@ func TestQuickSmoke(t *testing.T) {
 						t.Errorf("figure %s: labels %v, want fsync on and hash_mode token", *f.Figure, f.Labels)
 					}
 				}
+				if labels, ok := withGoal[*f.Figure]; ok && sub == "fleet" {
+					if f.Goal == nil || f.Met == nil {
+						t.Errorf("figure %s: goal %v, met %v; want both", *f.Figure, f.Goal, f.Met)
+					}
+					for _, l := range labels {
+						if f.Labels[l] == "" {
+							t.Errorf("figure %s: no label %s in %v", *f.Figure, l, f.Labels)
+						}
+					}
+				}
 				names = append(names, *f.Figure)
 			}
 			for _, n := range want[sub] {
@@ -103,18 +134,18 @@ func TestQuickSmoke(t *testing.T) {
 	}
 }
 
-// run executes `kvindex bench args...` in process and returns its stdout.
-func run(t *testing.T, ctx context.Context, args ...string) []byte {
-	t.Helper()
+// runErr executes `kvindex bench args...` in process and returns its
+// stdout, or its error with its stderr.
+func runErr(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := NewCommand()
 	var out, errOut bytes.Buffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&errOut)
 	cmd.SetArgs(args)
 	if err := cmd.ExecuteContext(ctx); err != nil {
-		t.Fatalf("bench %v: %v\nstderr: %s", args, err, errOut.String())
+		return nil, fmt.Errorf("%w\nstderr: %s", err, errOut.String())
 	}
-	return out.Bytes()
+	return out.Bytes(), nil
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -126,6 +157,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "bad_entries", args: []string{"lookup", "--entries", "1M,zero"}},
 		{name: "negative_entries", args: []string{"lookup", "--entries", "-5"}},
 		{name: "two_coldstart_sizes", args: []string{"coldstart", "--entries", "1M,2M"}},
+		{name: "coldstart_hash_mode", args: []string{"coldstart", "--hash-mode", "tokens"}},
+		{name: "duration_without_rate", args: []string{"fleet", "--duration", "10s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()

@@ -17,7 +17,13 @@
 // indexes hold (block, endpoint, tier) entries of salted copies of the
 // trace (TraceEntries).
 //
-// Everything runs in this process: embedded etcd (fsync off), franz-go's
+// The v1 keyspace layout (one key per block, v1layout.go) lives on here,
+// and only here, as the reference of issue 23's figures: its raw writer
+// builds, from the same stream, the transactions a v1 ingester would
+// commit, and the cold start loads the same fleet in both layouts.
+//
+// Everything runs in this process: embedded etcd (fsync on unless a
+// Setup turns it off), franz-go's
 // kfake broker, ingesters and indexd replicas, all sharing the machine's
 // cores with the load generator, as BENCHMARKS.md states.
 //

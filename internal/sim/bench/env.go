@@ -182,25 +182,29 @@ func newProducer(brokers []string, log *slog.Logger) (*kgo.Client, error) {
 }
 
 // produceAll produces the stream's records to topic in order and returns
-// the last offset produced to each partition.
-func produceAll(ctx context.Context, cl *kgo.Client, s *Stream, topic string) (map[int32]int64, error) {
+// the last offset produced to each partition and where each record went.
+func produceAll(ctx context.Context, cl *kgo.Client, s *Stream, topic string) (map[int32]int64, []placement, error) {
 	last := map[int32]int64{}
+	at := make([]placement, len(s.Records))
 	const chunk = 512
 	for i := 0; i < len(s.Records); i += chunk {
 		n := min(chunk, len(s.Records)-i)
 		recs := make([]*kgo.Record, n)
+		index := make(map[*kgo.Record]int, n)
 		for k := range recs {
 			recs[k] = s.KafkaRecord(topic, i+k)
+			index[recs[k]] = i + k
 		}
 		res := cl.ProduceSync(ctx, recs...)
 		if err := res.FirstErr(); err != nil {
-			return nil, fmt.Errorf("bench: producing: %w", err)
+			return nil, nil, fmt.Errorf("bench: producing: %w", err)
 		}
 		for _, r := range res {
 			last[r.Record.Partition] = max(last[r.Record.Partition], r.Record.Offset)
+			at[index[r.Record]] = placement{partition: r.Record.Partition, offset: r.Record.Offset}
 		}
 	}
-	return last, nil
+	return last, at, nil
 }
 
 // runner runs one component's Run(ctx) on a goroutine it owns.

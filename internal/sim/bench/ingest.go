@@ -67,41 +67,57 @@ func (c *IngestConfig) defaults() error {
 	return nil
 }
 
-// IngestResult is what RunIngest measured, summed over its rounds.
+// IngestResult is what RunIngest measured, summed over its rounds. Every
+// rate is over the stream's block operations as published (StreamOps per
+// round, before the ingester's coalescing): a count that does not depend
+// on the layout, so the v2 writers and the v1 writer compare on the same
+// work.
 type IngestResult struct {
 	Partitions int32
 	// Setup is the run's etcd and ingester settings.
 	Setup  Setup
 	Rounds int
-	// Records and Events are one round's stream.
+	// Records, Events and StreamOps are one round's stream.
 	Records, Events int
-	// IngestOps are the block operations the timed ingesters wrote
-	// (after coalescing); IngestTime is from Run's start (group join,
-	// claims and first fetch included) until every stored offset was past
-	// the produced records; SteadyTime from the first write transaction
-	// to the same moment.
-	IngestOps              int64
+	StreamOps       int64
+	// IngestTime is from Run's start (group join, claims and first fetch
+	// included) until every stored offset was past the produced records;
+	// SteadyTime from the first write transaction to the same moment.
 	IngestTime, SteadyTime time.Duration
-	// RefOps are the block operations of the captured transactions the
-	// reference wrote, RefTime its time, RefTxns their count per round.
-	RefOps  int64
-	RefTime time.Duration
-	RefTxns int
+	// RefTime is the reference's time: the captured transactions written
+	// straight to etcd; Captured are their counts (one round's).
+	RefTime  time.Duration
+	Captured captureCounts
+	// V1Time is the v1-layout raw writer's time (buildV1Txns: one key per
+	// block, the same stream, windows and transaction bound); V1 are its
+	// counts (one round's).
+	V1Time time.Duration
+	V1     v1Counts
+}
+
+func (r *IngestResult) rate(d time.Duration) float64 {
+	return float64(r.StreamOps) * float64(r.Rounds) / d.Seconds()
 }
 
 // IngestRate is the ingest block-ops/s, Run's start included.
-func (r *IngestResult) IngestRate() float64 { return float64(r.IngestOps) / r.IngestTime.Seconds() }
+func (r *IngestResult) IngestRate() float64 { return r.rate(r.IngestTime) }
 
 // SteadyRate is the ingest block-ops/s from the first transaction on.
-func (r *IngestResult) SteadyRate() float64 { return float64(r.IngestOps) / r.SteadyTime.Seconds() }
+func (r *IngestResult) SteadyRate() float64 { return r.rate(r.SteadyTime) }
 
-// RawRate is the reference's block-ops/s: the raw etcd limit.
-func (r *IngestResult) RawRate() float64 { return float64(r.RefOps) / r.RefTime.Seconds() }
+// RawRate is the reference's block-ops/s: the raw etcd limit of the
+// ingester's own transactions.
+func (r *IngestResult) RawRate() float64 { return r.rate(r.RefTime) }
+
+// V1RawRate is the v1-layout raw writer's block-ops/s.
+func (r *IngestResult) V1RawRate() float64 { return r.rate(r.V1Time) }
 
 // Figures returns the ingest figures: the rate against the raw etcd
-// limit (goal ≥ 0.8), the steady rate, and the raw limit itself.
+// limit of the same transactions (goal ≥ 0.8), the steady rate, the raw
+// limit itself, and the raw limit against the v1 layout's. The label
+// layout says which layout the captured transactions wrote.
 func (r *IngestResult) Figures() []Figure {
-	labels := r.Setup.labels(map[string]string{"partitions": fmt.Sprint(r.Partitions), "rounds": fmt.Sprint(r.Rounds)})
+	labels := r.Setup.labels(map[string]string{"partitions": fmt.Sprint(r.Partitions), "rounds": fmt.Sprint(r.Rounds), "layout": r.Captured.Layout})
 	ref := "same txns straight to etcd"
 	return []Figure{
 		{Name: "ingest_block_ops_per_second", Labels: labels, Value: r.IngestRate(), Unit: "block-ops/s",
@@ -109,13 +125,17 @@ func (r *IngestResult) Figures() []Figure {
 		{Name: "ingest_steady_block_ops_per_second", Labels: labels, Value: r.SteadyRate(), Unit: "block-ops/s",
 			Reference: r.RawRate(), HasReference: true, RefName: ref},
 		{Name: "raw_etcd_block_ops_per_second", Labels: labels, Value: r.RawRate(), Unit: "block-ops/s"},
+		{Name: "raw_etcd_vs_v1_raw_block_ops_per_second", Labels: labels, Value: r.RawRate(), Unit: "block-ops/s",
+			Reference: r.V1RawRate(), HasReference: true, RefName: "v1 layout straight to etcd"},
 	}
 }
 
 // RunIngest measures DESIGN's ingest goal: block operations per second
 // through Kafka → ingester → etcd against the same transactions written
-// straight to etcd by as many concurrent writers (one per partition). It
-// is PrepareIngest, cfg.Rounds rounds, and Close.
+// straight to etcd by as many concurrent writers (one per partition), and
+// those against the v1 layout's transactions for the same records written
+// the same way (issue 23). It is PrepareIngest, cfg.Rounds rounds, and
+// Close.
 func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
 	run, err := PrepareIngest(ctx, cfg)
 	if err != nil {
@@ -138,6 +158,8 @@ type IngestRun struct {
 	topic   string
 	end     map[int32]int64
 	capture *txnCapture
+	// v1 is the v1-layout writer's transactions for the same records.
+	v1 *txnCapture
 	// Result sums the rounds run so far (Rounds counts them).
 	Result *IngestResult
 }
@@ -145,7 +167,9 @@ type IngestRun struct {
 // PrepareIngest produces the stream to a fresh topic before anything is
 // timed (so the broker does not compete for CPU while timing) and runs the
 // capture: an ingester works through the records once, into a fresh etcd,
-// while every write transaction it commits is recorded.
+// while every write transaction it commits is recorded. It also builds the
+// v1 layout's transactions for the records where they were produced
+// (buildV1Txns, with the ingester's window and transaction bounds).
 func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
@@ -163,7 +187,8 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 	if err != nil {
 		return nil, err
 	}
-	run.end, err = produceAll(ctx, prod, cfg.Stream, run.topic)
+	var at []placement
+	run.end, at, err = produceAll(ctx, prod, cfg.Stream, run.topic)
 	prod.Close()
 	if err != nil {
 		return nil, err
@@ -173,7 +198,11 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 		return nil, err
 	}
 	run.Result = &IngestResult{Partitions: cfg.Partitions, Setup: cfg.Setup, Records: len(cfg.Stream.Records),
-		Events: cfg.Stream.Events, RefTxns: run.capture.transactions()}
+		Events: cfg.Stream.Events, StreamOps: int64(cfg.Stream.BlockOps), Captured: run.capture.counts()}
+	if run.v1, run.Result.V1, err = buildV1Txns(cfg.Stream, at, v1Options{ks: keyspace.Default(), topic: run.topic,
+		mode: cfg.Setup.hashMode(), windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps}); err != nil {
+		return nil, err
+	}
 	return run, nil
 }
 
@@ -186,14 +215,14 @@ func (r *IngestRun) options() ingesterOptions {
 // Close stops the broker.
 func (r *IngestRun) Close() { r.kafka.Close() }
 
-// Round runs the reference (the captured transactions, rawWrite) and a
-// timed ingester over the same records, each on a fresh embedded etcd so
-// both start from an empty database; odd rounds run the ingester first.
+// Round runs the reference (the captured transactions, rawWrite), the
+// v1-layout raw writer and a timed ingester over the same records, each
+// on a fresh embedded etcd so each starts from an empty database; round k
+// starts with step k mod 3 of that order, so no step always runs first.
 func (r *IngestRun) Round(ctx context.Context) error {
-	steps := []func(context.Context) error{r.reference, r.timed}
-	if r.Result.Rounds%2 == 1 {
-		steps[0], steps[1] = steps[1], steps[0]
-	}
+	steps := []func(context.Context) error{r.reference, r.v1Reference, r.timed}
+	k := r.Result.Rounds % len(steps)
+	steps = append(steps[k:], steps[:k]...)
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -213,8 +242,23 @@ func (r *IngestRun) reference(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.Result.RefOps += r.capture.blockOps()
 	r.Result.RefTime += d
+	return nil
+}
+
+// v1Reference writes the v1 layout's transactions for the same records
+// straight to a fresh etcd, as the reference writes the captured ones.
+func (r *IngestRun) v1Reference(ctx context.Context) error {
+	node, err := startEtcd(ctx, r.cfg.Logger, r.cfg.Setup.etcd())
+	if err != nil {
+		return err
+	}
+	defer node.close()
+	d, err := r.v1.rawWrite(ctx, node.cli, r.topic, r.cfg.MaxTxnsInFlight)
+	if err != nil {
+		return err
+	}
+	r.Result.V1Time += d
 	return nil
 }
 
@@ -231,13 +275,11 @@ func (r *IngestRun) timed(ctx context.Context) error {
 	defer o.cli.Close()
 	var mu sync.Mutex
 	var first time.Time
-	var ops int64
 	o.beforeTxn = func(_ context.Context, info ingester.TxnInfo) error {
 		mu.Lock()
 		if first.IsZero() {
 			first = time.Now()
 		}
-		ops += int64(info.ChunkOps)
 		mu.Unlock()
 		return nil
 	}
@@ -255,7 +297,6 @@ func (r *IngestRun) timed(ctx context.Context) error {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	r.Result.IngestOps += ops
 	r.Result.IngestTime += done.Sub(began)
 	r.Result.SteadyTime += done.Sub(first)
 	return nil

@@ -2,12 +2,10 @@ package bench
 
 import (
 	"context"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -48,7 +46,7 @@ func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode k
 	if err != nil {
 		t.Fatal(err)
 	}
-	end, err := produceAll(ctx, prod, s, topic)
+	end, _, err := produceAll(ctx, prod, s, topic)
 	prod.Close()
 	if err != nil {
 		t.Fatal(err)
@@ -57,8 +55,8 @@ func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode k
 	if err != nil {
 		t.Fatal(err)
 	}
-	if capture.transactions() == 0 || capture.blockOps() < int64(s.Stats.Misses) {
-		t.Fatalf("captured %d transactions with %d block ops; the stream stores %d blocks", capture.transactions(), capture.blockOps(), s.Stats.Misses)
+	if c := capture.counts(); c.Txns == 0 || c.DataOps == 0 {
+		t.Fatalf("captured %d transactions with %d data ops", c.Txns, c.DataOps)
 	}
 	node, err := startEtcd(ctx, log, etcdOptions{noFsync: true})
 	if err != nil {
@@ -71,14 +69,17 @@ func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode k
 	if len(capture.writerTime) != 2 {
 		t.Fatalf("writer times %v: want one per partition", capture.writerTime)
 	}
-	ks := keyspace.Default()
-	resp, err := node.cli.Get(ctx, ks.BlocksPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	checkState(t, ctx, node, s, topic, mode)
+}
+
+// checkState checks that etcd holds exactly the blocks the stream
+// describes (the reference model's answer), in whichever layout they were
+// written.
+func checkState(t *testing.T, ctx context.Context, node *etcdNode, s *Stream, topic string, mode keyspace.HashMode) {
+	t.Helper()
+	got, err := readState(ctx, node.cli, keyspace.Default())
 	if err != nil {
 		t.Fatal(err)
-	}
-	var got []string
-	for _, kv := range resp.Kvs {
-		got = append(got, string(kv.Key))
 	}
 	m := refmodel.New(refmodel.Config{HashMode: mode})
 	for i := range s.Records {
@@ -89,19 +90,14 @@ func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode k
 		}
 		m.Apply(refmodel.Record{Key: string(kr.Key), Headers: hs, Value: kr.Value})
 	}
-	var want []string
-	for _, b := range m.Blocks() {
-		want = append(want, ks.BlockKey(b.Endpoint, b.Tier, b.Hash))
+	want := m.Blocks()
+	refmodel.SortBlocks(want)
+	if len(want) == 0 {
+		t.Fatal("the stream leaves no block: nothing to compare")
 	}
-	slices.Sort(want)
-	if !slices.Equal(got, want) {
-		t.Fatalf("the reference writer left %d block keys, the stream describes %d; first few: %v vs %v",
-			len(got), len(want), head(got), head(want))
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Fatalf("etcd holds %d blocks, the stream describes %d (-want +got):\n%s", len(got), len(want), diff)
 	}
-}
-
-func head(s []string) string {
-	return strings.Join(s[:min(3, len(s))], " ")
 }
 
 // TestFleetSmall runs the fleet measurement on a small stream (the race
@@ -122,14 +118,28 @@ func TestFleetSmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantProbes := (len(s.Records) + 1) / 2
-	if len(res.Freshness.Sorted) != wantProbes || res.Visible != wantProbes {
-		t.Fatalf("%d probes, %d visible; want %d each", len(res.Freshness.Sorted), res.Visible, wantProbes)
+	p := &res.Paced
+	if len(p.Freshness.Sorted) != wantProbes || p.Visible != wantProbes {
+		t.Fatalf("%d probes, %d visible; want %d each", len(p.Freshness.Sorted), p.Visible, wantProbes)
 	}
-	if len(res.Sent.Sorted) != wantProbes || len(res.Shown.Sorted) != wantProbes || len(res.Acks.Sorted) != wantProbes {
-		t.Fatalf("stages: %d, %d, %d; want %d each", len(res.Acks.Sorted), len(res.Sent.Sorted), len(res.Shown.Sorted), wantProbes)
+	if len(p.Sent.Sorted) != wantProbes || len(p.Shown.Sorted) != wantProbes || len(p.Acks.Sorted) != wantProbes {
+		t.Fatalf("stages: %d, %d, %d; want %d each", len(p.Acks.Sorted), len(p.Sent.Sorted), len(p.Shown.Sorted), wantProbes)
 	}
 	if res.Fraction != 0.5 || res.TargetRate <= 0 || res.CeilingRate() <= 0 || len(res.CeilingWriters) != 2 {
 		t.Fatalf("fraction %v, target %v, ceiling %v, writers %v", res.Fraction, res.TargetRate, res.CeilingRate(), res.CeilingWriters)
+	}
+	// The unpaced run probes every 64th record (the default).
+	if want := (len(s.Records) + 63) / 64; len(res.E2E.Freshness.Sorted) != want || res.E2E.Elapsed <= 0 {
+		t.Fatalf("unpaced run: %d probes in %s; want %d", len(res.E2E.Freshness.Sorted), res.E2E.Elapsed, want)
+	}
+	// The paced run's ingester wrote something, the watcher saw at least
+	// one event per transaction (each writes the offset key), and the v1
+	// writer wrote one key per block op it kept.
+	if p.Txns == 0 || p.Ops < p.Txns || p.WatchEvents < p.Txns || p.WatchBytes <= p.WatchEvents || p.DB.InUse <= 0 {
+		t.Fatalf("paced run: %d txns, %d ops, %d watch events, %d watch bytes, DB %+v", p.Txns, p.Ops, p.WatchEvents, p.WatchBytes, p.DB)
+	}
+	if res.V1.BlockOps == 0 || res.V1.BlockOps > res.BlockOps || res.V1DB.InUse <= 0 || res.V1Time <= 0 {
+		t.Fatalf("v1 writer: %+v of %d block ops, DB %+v, time %s", res.V1, res.BlockOps, res.V1DB, res.V1Time)
 	}
 	for _, f := range res.Figures() {
 		if !(f.Value > 0) {

@@ -70,50 +70,52 @@ func (c *txnCapture) intercept(ctx context.Context, method string, req, reply an
 	return err
 }
 
-// blockOps counts the captured operations on block keys (each a put or a
-// delete of one (block, endpoint, tier); a range drop counts as one).
-func (c *txnCapture) blockOps() int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	prefix := []byte(c.ks.BlocksPrefix())
-	var n int64
-	for _, txns := range c.txns {
-		for _, t := range txns {
-			for _, op := range t.Success {
-				var k []byte
-				switch r := op.Request.(type) {
-				case *pb.RequestOp_RequestPut:
-					k = r.RequestPut.Key
-				case *pb.RequestOp_RequestDeleteRange:
-					k = r.RequestDeleteRange.Key
-				}
-				if bytes.HasPrefix(k, prefix) {
-					n++
-				}
-			}
-		}
-	}
-	return n
+// dataKey reports whether key holds index data: a v2 chunk key
+// (internal/keyspace) or a v1 block key (the v1 writer's, v1layout.go).
+func (c *txnCapture) dataKey(key []byte) bool {
+	return bytes.HasPrefix(key, []byte(c.ks.ChunksPrefix())) || bytes.HasPrefix(key, []byte(v1BlocksPrefix(c.ks)))
 }
 
-// partitionOps counts the captured block operations per partition.
-func (c *txnCapture) partitionOps() map[int32]int64 {
+// opKey is the key an op writes, and whether it is a delete.
+func opKey(op *pb.RequestOp) (key []byte, del bool) {
+	switch r := op.Request.(type) {
+	case *pb.RequestOp_RequestPut:
+		return r.RequestPut.Key, false
+	case *pb.RequestOp_RequestDeleteRange:
+		return r.RequestDeleteRange.Key, true
+	}
+	return nil, false
+}
+
+// captureCounts are a capture's totals: transactions, all their
+// operations, and the data operations among them (puts and deletes of
+// chunk keys in v2, of block keys in v1; a range drop counts as one).
+type captureCounts struct {
+	Txns, Ops, DataOps int64
+	// PartitionDataOps are the data operations per partition.
+	PartitionDataOps map[int32]int64
+	// Layout is "v2" when the transactions write chunk keys, else "v1".
+	Layout string
+}
+
+// counts totals the captured transactions.
+func (c *txnCapture) counts() captureCounts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	prefix := []byte(c.ks.BlocksPrefix())
-	out := map[int32]int64{}
+	out := captureCounts{PartitionDataOps: map[int32]int64{}, Layout: "v1"}
+	chunks := []byte(c.ks.ChunksPrefix())
 	for p, txns := range c.txns {
 		for _, t := range txns {
+			out.Txns++
+			out.Ops += int64(len(t.Success))
 			for _, op := range t.Success {
-				var k []byte
-				switch r := op.Request.(type) {
-				case *pb.RequestOp_RequestPut:
-					k = r.RequestPut.Key
-				case *pb.RequestOp_RequestDeleteRange:
-					k = r.RequestDeleteRange.Key
+				k, _ := opKey(op)
+				if c.dataKey(k) {
+					out.DataOps++
+					out.PartitionDataOps[p]++
 				}
-				if bytes.HasPrefix(k, prefix) {
-					out[p]++
+				if bytes.HasPrefix(k, chunks) {
+					out.Layout = "v2"
 				}
 			}
 		}
@@ -223,10 +225,11 @@ func (c *txnCapture) rawWrite(ctx context.Context, cli *clientv3.Client, topic s
 // barrier reports whether the ingester sends t only once every earlier
 // transaction of its partition has committed, and none after it until it
 // has: t stores an offset (a window's commit), or deletes a range or an
-// endpoint record (a drop). Other transactions put and delete single block
-// keys (and put endpoint records), and go out without waiting.
+// endpoint record (a drop). Other transactions put and delete single data
+// keys (v2 chunks, v1 blocks) and put endpoint records, and go out without
+// waiting.
 func (c *txnCapture) barrier(t *pb.TxnRequest) bool {
-	offsets, blocks := []byte(c.ks.OffsetsPrefix()), []byte(c.ks.BlocksPrefix())
+	offsets := []byte(c.ks.OffsetsPrefix())
 	for _, op := range t.Success {
 		switch r := op.Request.(type) {
 		case *pb.RequestOp_RequestPut:
@@ -234,7 +237,7 @@ func (c *txnCapture) barrier(t *pb.TxnRequest) bool {
 				return true
 			}
 		case *pb.RequestOp_RequestDeleteRange:
-			if len(r.RequestDeleteRange.RangeEnd) > 0 || !bytes.HasPrefix(r.RequestDeleteRange.Key, blocks) {
+			if len(r.RequestDeleteRange.RangeEnd) > 0 || !c.dataKey(r.RequestDeleteRange.Key) {
 				return true
 			}
 		default:

@@ -259,17 +259,28 @@ func TestMigrate(t *testing.T) {
 	f := newFixture(t)
 	ctx := context.Background()
 	cli := f.etcd.Client
-	// One malformed v1 block key: reported, not migrated, no crash.
-	if _, err := cli.Put(ctx, V1Prefix+"blocks/Qwen%2FQwen3-32B/vllm-b/0/gpu/NOTAHASH", ""); err != nil {
-		t.Fatal(err)
+	// Bad input, reported and not migrated, no crash: a malformed v1 block
+	// key, a token-mode block whose value is no engine hash, and a block
+	// of an endpoint that has no record.
+	for k, v := range map[string]string{
+		V1Prefix + "blocks/Qwen%2FQwen3-32B/vllm-b/0/gpu/NOTAHASH":                                          "",
+		f.w.blockKey(f.eps[1], tier.GPU, 0x77):                                                              "not-hex",
+		f.w.blockKey(keyspace.Endpoint{Model: "Qwen/Qwen3-32B", Pod: "no-record", Rank: 0}, tier.GPU, 0x78): "",
+	} {
+		if _, err := cli.Put(ctx, k, v); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	rep, err := f.run(t, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Endpoints != 3 || rep.TokenEndpoints != 2 || rep.Skipped["bad_block_key"] != 1 || rep.Puts == 0 || rep.Transactions < 2 {
+	if rep.Endpoints != 3 || rep.TokenEndpoints != 2 || rep.Puts == 0 || rep.Transactions < 2 {
 		t.Fatalf("report %+v", rep)
+	}
+	if diff := cmp.Diff(map[string]int{"bad_block_key": 1, "bad_engine_hash": 1, "blocks_without_record": 1}, rep.Skipped); diff != "" {
+		t.Errorf("skipped (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]int{"gpu": 284, "cpu": 70, "disk": 4}, rep.Blocks); diff != "" {
 		t.Errorf("blocks per tier (-want +got):\n%s", diff)

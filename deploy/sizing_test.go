@@ -36,6 +36,9 @@ var sizingFigures = []string{
 	"etcd_index_bytes_per_key",
 	"etcd_bytes_per_revision",
 	"key_bytes",
+	"chunk_entries",
+	"chunk_entry_bytes",
+	"etcd_revisions_per_block_op",
 	"etcd_heap_factor",
 	"etcd_baseline_bytes",
 	"etcd_quota_headroom",
@@ -92,15 +95,24 @@ type sizing map[string]float64
 // 3.7 compacts every min(retention, 1 h) to the revision from retention
 // ago (server/etcdserver/api/v3compactor/periodic.go), so just before a
 // compaction the history spans retention + min(retention, 1 h) of
-// block-ops.
+// block-ops, each making etcd_revisions_per_block_op chunk revisions.
 func (s sizing) etcdHistory(opsPerSecond float64, retention time.Duration) float64 {
-	return opsPerSecond * (retention + min(retention, time.Hour)).Seconds()
+	return opsPerSecond * s["etcd_revisions_per_block_op"] * (retention + min(retention, time.Hour)).Seconds()
 }
 
-// etcdDB is the database size for entries live keys plus history
-// revisions.
+// chunkKeys is the number of live chunk keys that hold entries.
+func (s sizing) chunkKeys(entries float64) float64 { return entries / s["chunk_entries"] }
+
+// revisionBytes is what one chunk revision costs the database: its key,
+// its value (the width byte and chunk_entries entries) and bbolt's own.
+func (s sizing) revisionBytes() float64 {
+	return s["key_bytes"] + 1 + s["chunk_entries"]*s["chunk_entry_bytes"] + s["etcd_bytes_per_revision"]
+}
+
+// etcdDB is the database size for entries live (block, endpoint, tier)
+// entries, in chunks, plus history revisions.
 func (s sizing) etcdDB(entries, history float64) float64 {
-	return (entries + history) * (s["key_bytes"] + s["etcd_bytes_per_revision"])
+	return (s.chunkKeys(entries) + history) * s.revisionBytes()
 }
 
 func (s sizing) etcdQuotaMin(entries, history float64) float64 {
@@ -108,7 +120,7 @@ func (s sizing) etcdQuotaMin(entries, history float64) float64 {
 }
 
 func (s sizing) etcdMemory(entries, history float64) float64 {
-	return s["etcd_heap_factor"]*(entries+history)*(s["etcd_index_bytes_per_key"]+s["key_bytes"]) + s["etcd_baseline_bytes"]
+	return s["etcd_heap_factor"]*(s.chunkKeys(entries)+history)*(s["etcd_index_bytes_per_key"]+s["key_bytes"]) + s["etcd_baseline_bytes"]
 }
 
 func (s sizing) etcdVolume(quota float64) float64 {
@@ -202,14 +214,14 @@ func TestSizing(t *testing.T) {
 				history := s.etcdHistory(ops, retention)
 				quota := float64(cfg.QuotaBackendBytes)
 				if min := s.etcdQuotaMin(e, history); quota < min {
-					t.Errorf("%s: quota-backend-bytes %.0f is under %.0f = etcd_quota_headroom x (%.0f entries + %.0f history revisions) x (key_bytes + etcd_bytes_per_revision)",
+					t.Errorf("%s: quota-backend-bytes %.0f is under %.0f = etcd_quota_headroom x (%.0f entries / chunk_entries + %.0f history revisions) x (key_bytes + 1 + chunk_entries x chunk_entry_bytes + etcd_bytes_per_revision)",
 						w, quota, min, e, history)
 				}
 				if quota > s["etcd_quota_max_bytes"] {
 					t.Errorf("%s: quota-backend-bytes %.0f is over etcd_quota_max_bytes %.0f; shard by model instead (DESIGN, \"Scaling out\")", w, quota, s["etcd_quota_max_bytes"])
 				}
 				checkMemory(t, w, c, s.etcdMemory(e, history),
-					fmt.Sprintf("etcd_heap_factor x (%.0f entries + %.0f history) x (etcd_index_bytes_per_key + key_bytes) + etcd_baseline_bytes", e, history))
+					fmt.Sprintf("etcd_heap_factor x (%.0f entries / chunk_entries + %.0f history) x (etcd_index_bytes_per_key + key_bytes) + etcd_baseline_bytes", e, history))
 				var volume float64
 				for _, pvc := range w.STS.Spec.VolumeClaimTemplates {
 					if q, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; ok {
@@ -263,20 +275,23 @@ func TestSizingFormulas(t *testing.T) {
 	s := sizing{
 		"indexd_bytes_per_entry": 48, "indexd_relist_factor": 2, "indexd_baseline_bytes": 1000,
 		"etcd_index_bytes_per_key": 120, "etcd_bytes_per_revision": 80, "key_bytes": 100,
+		"chunk_entries": 4, "chunk_entry_bytes": 16, "etcd_revisions_per_block_op": 0.5,
 		"etcd_heap_factor": 2, "etcd_baseline_bytes": 500, "etcd_quota_headroom": 2,
 		"etcd_volume_quota_factor": 2, "etcd_volume_extra_bytes": 7,
 		"etcd_list_keys_per_second": 1000, "cold_start_factor": 1.25, "compaction_list_multiple": 10,
 	}
-	h := s.etcdHistory(5, time.Minute) // 5 x (60 + 60) = 600 revisions
+	h := s.etcdHistory(10, time.Minute) // 10 x 0.5 x (60 + 60) = 600 revisions
 	cases := []struct {
 		name      string
 		got, want float64
 	}{
 		{name: "history", got: h, want: 600},
-		{name: "history_past_an_hour", got: s.etcdHistory(1, 3*time.Hour), want: 4 * 3600},
-		{name: "etcd_db", got: s.etcdDB(400, h), want: 1000 * 180},
-		{name: "etcd_quota_min", got: s.etcdQuotaMin(400, h), want: 2 * 1000 * 180},
-		{name: "etcd_memory", got: s.etcdMemory(400, h), want: 2*1000*220 + 500},
+		{name: "history_past_an_hour", got: s.etcdHistory(2, 3*time.Hour), want: 4 * 3600},
+		{name: "chunk_keys", got: s.chunkKeys(1600), want: 400},
+		{name: "revision_bytes", got: s.revisionBytes(), want: 100 + 1 + 4*16 + 80},
+		{name: "etcd_db", got: s.etcdDB(1600, h), want: 1000 * 245},
+		{name: "etcd_quota_min", got: s.etcdQuotaMin(1600, h), want: 2 * 1000 * 245},
+		{name: "etcd_memory", got: s.etcdMemory(1600, h), want: 2*1000*220 + 500},
 		{name: "etcd_volume", got: s.etcdVolume(100), want: 207},
 		{name: "list_bound_seconds", got: s.listBound(2000).Seconds(), want: 1.25 * 2},
 		{name: "retention_min_seconds", got: s.retentionMin(2000).Seconds(), want: 10 * 1.25 * 2},
@@ -320,10 +335,12 @@ func TestSizingCitations(t *testing.T) {
 	}
 }
 
-// TestKeyBytes pins what the sizing table says of key_bytes to the key
-// schema: a block key is 42 bytes plus the model, the pod and the rank's
-// digits; the example is 64 bytes; and key_bytes allows 57 bytes of model
-// and pod names.
+// TestKeyBytes pins what the sizing table says of key_bytes and of the
+// chunk values to the key schema: a chunk key is 42 bytes plus the model,
+// the pod and the rank's digits; the example is 64 bytes; key_bytes
+// allows 57 bytes of model and pod names; and a chunk revision's value is
+// 1 + chunk_entries x chunk_entry_bytes, at token mode's entry width (the
+// larger).
 func TestKeyBytes(t *testing.T) {
 	builds(t)
 	figs, err := readSizingTable(filepath.Join(deployRoot, "README.md"))
@@ -332,20 +349,30 @@ func TestKeyBytes(t *testing.T) {
 	}
 	ks := keyspace.Default()
 	key := func(model, pod string, rank uint32) int {
-		return len(ks.BlockKey(keyspace.Endpoint{Model: model, Pod: pod, Rank: rank}, tier.CPU, 0x0123456789abcdef))
+		return len(ks.ChunkKey(keyspace.Endpoint{Model: model, Pod: pod, Rank: rank}, tier.Disk, 0x0123456789abcdef))
 	}
-	if got := key("qwen3-8b", "10.0.0.5:8000", 0); got != 64 {
-		t.Errorf("the example block key is %d bytes, README.md says 64", got)
+	if got := key("qwen3-8b", "10.0.0.5:8000", 0); got != 65 {
+		t.Errorf("the example chunk key is %d bytes, README.md says 65", got)
 	}
 	for _, ep := range []struct {
 		model, pod string
 		rank       uint32
 	}{{"m", "p", 0}, {"qwen3-8b", "10.0.0.5:8000", 7}, {"model", "pod", 12}} {
-		if overhead := key(ep.model, ep.pod, ep.rank) - len(ep.model) - len(ep.pod) - len(strconv.Itoa(int(ep.rank))); overhead != 42 {
-			t.Errorf("%+v: a block key is 42 bytes plus the names and rank, README.md says; it is %d", ep, overhead)
+		if overhead := key(ep.model, ep.pod, ep.rank) - len(ep.model) - len(ep.pod) - len(strconv.Itoa(int(ep.rank))); overhead != 43 {
+			t.Errorf("%+v: a chunk key in the disk tier is 43 bytes plus the names and rank, README.md says; it is %d", ep, overhead)
 		}
 	}
-	if allowed := figs["key_bytes"] - 42 - 1; allowed != 57 {
-		t.Errorf("key_bytes %v allows %v bytes of model and pod names with a one-digit rank; README.md says 57", figs["key_bytes"], allowed)
+	if allowed := figs["key_bytes"] - 43 - 1; allowed != 56 {
+		t.Errorf("key_bytes %v allows %v bytes of model and pod names with a one-digit rank; README.md says 56", figs["key_bytes"], allowed)
+	}
+	if figs["chunk_entry_bytes"] != keyspace.ChunkWidthKeyEngine {
+		t.Errorf("chunk_entry_bytes %v is not token mode's entry width %d", figs["chunk_entry_bytes"], keyspace.ChunkWidthKeyEngine)
+	}
+	n := figs["chunk_entries"]
+	if n != math.Trunc(n) || n < 1 || n > keyspace.DefaultChunkSize {
+		t.Fatalf("chunk_entries %v is not a whole number of entries from 1 to the chunk size %d", n, keyspace.DefaultChunkSize)
+	}
+	if got, want := 1+n*figs["chunk_entry_bytes"], float64(keyspace.ChunkValueLen(int(n), true)); got != want {
+		t.Errorf("a chunk value of chunk_entries entries is %v bytes by the table, %v by keyspace", got, want)
 	}
 }

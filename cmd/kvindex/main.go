@@ -1,7 +1,7 @@
 // Command kvindex is the single binary of kvindex: a live KV-cache block
 // index for LLM routers. Its subcommands run the roles (ingester, indexd,
-// bridge, standalone) and the operator tools (lookup, endpoints, replay,
-// bench); `kvindex --help` lists them.
+// bridge, standalone) and the operator tools (lookup, endpoints, inspect,
+// migrate, replay, bench); `kvindex --help` lists them.
 package main
 
 import (

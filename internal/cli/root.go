@@ -12,7 +12,9 @@ import (
 	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
+	"github.com/kvindex/kvindex/internal/cli/inspectcmd"
 	"github.com/kvindex/kvindex/internal/cli/lookupcmd"
+	"github.com/kvindex/kvindex/internal/cli/migratecmd"
 	"github.com/kvindex/kvindex/internal/cli/replaycmd"
 	"github.com/kvindex/kvindex/internal/cli/standalonecmd"
 )
@@ -44,6 +46,8 @@ var subcommands = []func() *cobra.Command{
 	bridgecmd.NewCommand,
 	lookupcmd.NewCommand,
 	lookupcmd.NewEndpointsCommand,
+	inspectcmd.NewCommand,
+	migratecmd.NewCommand,
 	standalonecmd.NewCommand,
 	replaycmd.NewCommand,
 	benchcmd.NewCommand,

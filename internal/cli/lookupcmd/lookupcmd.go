@@ -17,7 +17,6 @@ import (
 	"text/tabwriter"
 	"time"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -496,7 +495,7 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, v tokenView) error 
 	fmt.Fprintln(tw, "POD\tDP_RANK\tBLOCKS\tBLOCK_SIZE\tTOKENS\tTIERS")
 	for _, m := range res.Matches {
 		blocks, toks := v.blocks(m)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", display(m.Endpoint.Pod), m.Endpoint.DPRank, blocks, m.BlockSize, toks, tierRuns(m.Tiers))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", common.Display(m.Endpoint.Pod), m.Endpoint.DPRank, blocks, m.BlockSize, toks, tierRuns(m.Tiers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -506,7 +505,7 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, v tokenView) error 
 	}
 	offs := make([]string, len(res.AppliedOffsets))
 	for i, o := range res.AppliedOffsets {
-		offs[i] = display(partitionName(o)) + "=" + strconv.FormatInt(o.Offset, 10)
+		offs[i] = common.Display(partitionName(o)) + "=" + strconv.FormatInt(o.Offset, 10)
 	}
 	_, err := fmt.Fprintf(w, "revision %d; applied offsets: %s\n", res.Revision, strings.Join(offs, " "))
 	return err
@@ -555,7 +554,7 @@ func writeEndpointsTable(w io.Writer, list *client.EndpointList) error {
 		if !e.LastSeen.IsZero() {
 			seen = e.LastSeen.UTC().Format(time.RFC3339)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", display(e.Model), display(e.Endpoint.Pod), e.Endpoint.DPRank,
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%d\t%s\n", common.Display(e.Model), common.Display(e.Endpoint.Pod), e.Endpoint.DPRank,
 			e.GPUBlocks, e.CPUBlocks, e.DiskBlocks, e.BlockSize, e.HashMode, e.Partition, seen)
 	}
 	if err := tw.Flush(); err != nil {
@@ -568,16 +567,4 @@ func writeEndpointsTable(w io.Writer, list *client.EndpointList) error {
 	}
 	_, err := fmt.Fprintf(w, "%d endpoints at revision %d\n", len(list.Endpoints), list.Revision)
 	return err
-}
-
-// display returns s as a table shows it: as it is when every rune is
-// printable (letters, marks, numbers, punctuation, symbols, ASCII space)
-// and it does not start with a double quote; else Go-quoted, so a control
-// character cannot split a row or reach the terminal, and a quoted name
-// cannot be mistaken for a plain one.
-func display(s string) string {
-	if s != "" && !strings.HasPrefix(s, `"`) && utf8.ValidString(s) && !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) {
-		return s
-	}
-	return strconv.Quote(s)
 }

@@ -29,8 +29,8 @@ type flags struct {
 	offsetByRank bool
 	// dialFlags is set when --zmq or --replay was given.
 	dialFlags bool
-	ops          common.Ops
-	cfg          bridge.Config
+	ops       common.Ops
+	cfg       bridge.Config
 }
 
 // NewCommand returns `kvindex bridge`.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -63,6 +64,10 @@ type pod struct {
 	mu     sync.Mutex
 	cur    *bindConn // the connection carrying the pod, nil when none
 	closed bool      // in is closed (removed, or shutdown)
+	// carrier is cur, readable without mu: the sequencer's drop hook
+	// closes it, and mu may be held by a reader blocked on in, which only
+	// the sequencer drains.
+	carrier atomic.Pointer[bindConn]
 }
 
 // bindConn is one accepted publisher connection.
@@ -285,6 +290,13 @@ func (h *hub) newPod(ctx context.Context, topic, podName, model string, payload 
 	p := &pod{topic: topic, in: make(chan inEvent, b.cfg.PodQueueSize)}
 	p.st = newStream(podName, model, rank, replayAddr, log)
 	p.st.replayTopic = []byte(topic)
+	// The engine was found replaced under its connection: close it, so the
+	// pod's next connection takes it up afresh.
+	p.st.drop = func() {
+		if c := p.carrier.Load(); c != nil {
+			c.raw.Close()
+		}
+	}
 	h.pods[topic] = p
 	b.m.pods.Set(float64(len(h.pods)))
 	log.Info("new pod", "topic", topic, "replay", replayAddr)
@@ -330,6 +342,7 @@ func (p *pod) take(ctx context.Context, c *bindConn) bool {
 		return true
 	}
 	p.cur = c
+	p.carrier.Store(c)
 	send(ctx, p.in, inEvent{kind: evConnected})
 	return true
 }
@@ -354,6 +367,7 @@ func (p *pod) detach(ctx context.Context, c *bindConn) {
 		return
 	}
 	p.cur = nil
+	p.carrier.Store(nil)
 	send(ctx, p.in, inEvent{kind: evDisconnected})
 }
 

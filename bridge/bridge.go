@@ -17,8 +17,11 @@ import (
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
-// Bridge forwards one engine endpoint's KV-event batches from its ZMQ PUB
-// socket to Kafka. Create it with New and call Run once.
+// Bridge forwards KV-event batches from ZMQ PUB sockets to Kafka: one
+// engine endpoint's, which it dials (the dial mode, described here), or
+// those of every engine that connects to the endpoint it binds
+// (Config.Listen, the bind mode: bind.go). Create it with New and call Run
+// once.
 //
 // Goroutines, all started and waited for by Run: the SUB reader (dials the
 // engine, reads its PUB socket, reconnects), the sequencer (Run's own

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,8 +17,11 @@ import (
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
-// Bridge forwards one engine endpoint's KV-event batches from its ZMQ PUB
-// socket to Kafka. Create it with New and call Run once.
+// Bridge forwards KV-event batches from ZMQ PUB sockets to Kafka: one
+// engine endpoint's, which it dials (the dial mode, described here), or
+// those of every engine that connects to the endpoint it binds
+// (Config.Listen, the bind mode: bind.go). Create it with New and call Run
+// once.
 //
 // Goroutines, all started and waited for by Run: the SUB reader (dials the
 // engine, reads its PUB socket, reconnects), the sequencer (Run's own
@@ -40,15 +42,21 @@ type Bridge struct {
 	clock clockwork.Clock
 	m     *metrics
 
-	addr       string // host:port of the PUB socket
-	replayAddr string // host:port of the replay socket, "" for none
-	key        []byte
-	model      []byte
-	rank       []byte
+	// Dial mode: addr is the host:port of the PUB socket, one the single
+	// endpoint (Config.Pod, Model, DPRank, ReplayEndpoint).
+	addr string
+	one  *stream
+	// Bind mode (Config.Listen): topics parses publishers' topics,
+	// replay their replay addresses, listening is set once the listener is
+	// bound, boundAddr is its address.
+	topics    topicPattern
+	replay    replayPattern
+	listening atomic.Bool
+	boundAddr atomic.Pointer[string]
 
 	started   atomic.Bool
-	connected atomic.Bool // the PUB socket is connected
-	caughtUp  atomic.Bool // the catch-up after the latest connection is done
+	connected atomic.Bool // dial mode: the PUB socket is connected
+	caughtUp  atomic.Bool // dial mode: the catch-up after the latest connection is done
 	client    atomic.Pointer[kgo.Client]
 	queues    atomic.Pointer[queues]
 
@@ -76,20 +84,29 @@ func New(cfg Config) (*Bridge, error) {
 		cfg:   cfg,
 		log:   cfg.Logger,
 		clock: cfg.Clock,
-		key:   []byte(cfg.Pod),
-		model: []byte(cfg.Model),
-		rank:  []byte(strconv.FormatUint(uint64(cfg.DPRank), 10)),
 	}
 	if b.log == nil {
 		b.log = logging.Discard()
 	}
-	b.log = b.log.With("pod", cfg.Pod, "dp_rank", cfg.DPRank)
 	if b.clock == nil {
 		b.clock = clockwork.NewRealClock()
 	}
-	b.addr, _ = dialAddr(cfg.Endpoint)
-	if cfg.ReplayEndpoint != "" {
-		b.replayAddr, _ = dialAddr(cfg.ReplayEndpoint)
+	if cfg.Listen != "" {
+		b.topics, _ = parseTopicPattern(cfg.TopicPattern)
+		b.replay, _ = parseReplayPattern(cfg.ReplayPattern)
+	} else {
+		b.log = b.log.With("pod", cfg.Pod, "dp_rank", cfg.DPRank)
+		b.addr, _ = dialAddr(cfg.Endpoint)
+		var replayAddr string
+		if cfg.ReplayEndpoint != "" {
+			replayAddr, _ = dialAddr(cfg.ReplayEndpoint)
+		}
+		b.one = newStream(cfg.Pod, cfg.Model, cfg.DPRank, replayAddr, b.log)
+		b.one.drop = b.dropSub
+		b.one.state = func(connected, caughtUp bool) {
+			b.connected.Store(connected)
+			b.caughtUp.Store(caughtUp)
+		}
 	}
 	var err error
 	b.m, err = newMetrics(cfg.Registry,
@@ -118,12 +135,20 @@ func New(cfg Config) (*Bridge, error) {
 	return b, nil
 }
 
-// Ready reports whether the bridge is forwarding: nil while the engine's
-// PUB socket is connected and the catch-up after connecting is done; an
-// error wrapping ErrNotReady otherwise, or the fatal produce error.
+// Ready reports whether the bridge is forwarding. Dial mode: nil while
+// the engine's PUB socket is connected and the catch-up after connecting
+// is done. Bind mode: nil while the listener is bound (publishers come and
+// go; each pod's state is in the metrics). Otherwise an error wrapping
+// ErrNotReady, or the fatal produce error.
 func (b *Bridge) Ready() error {
 	if err := b.fatalErr(); err != nil {
 		return err
+	}
+	if b.cfg.Listen != "" {
+		if !b.listening.Load() {
+			return fmt.Errorf("%w: not listening on %s", ErrNotReady, b.cfg.Listen)
+		}
+		return nil
 	}
 	switch {
 	case !b.connected.Load():
@@ -134,11 +159,22 @@ func (b *Bridge) Ready() error {
 	return nil
 }
 
+// Addr is the bind mode's listening address, "tcp://HOST:PORT" (the port
+// the system chose when Listen asked for port 0), once Ready; "" before,
+// and always in the dial mode.
+func (b *Bridge) Addr() string {
+	if p := b.boundAddr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 // Run forwards batches until ctx ends, then shuts down in the order the
 // type's doc gives. It returns nil after a clean shutdown; an error
 // wrapping ErrProduce when Kafka refused a record for good (Run stops at
-// once then, without a goodbye); or the error of the final flush or
-// goodbye. Run may be called once.
+// once then, without a goodbye); an error when the bind mode cannot
+// listen; or the error of the final flush or goodbye. Run may be called
+// once.
 func (b *Bridge) Run(ctx context.Context) error {
 	if !b.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
@@ -177,26 +213,60 @@ func (b *Bridge) Run(ctx context.Context) error {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b.readLoop(runCtx, q.in)
+		b.produceLoop(prodCtx, cl, q.out, cancelRun)
 	}()
+	// drainCtx bounds what the shutdown still produces from received
+	// batches: it ends with the shutdown flush's deadline.
+	drainCtx, cancelDrain := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelDrain()
+	var flushCtx context.Context
+	cancelFlush := context.CancelFunc(func() {})
+	defer func() { cancelFlush() }()
+	startFlush := func() {
+		flushCtx, cancelFlush = context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
+		context.AfterFunc(flushCtx, cancelDrain)
+		context.AfterFunc(flushCtx, cancelProd)
+	}
+
+	if b.cfg.Listen != "" {
+		b.log.Info("bridge started in bind mode", "listen", b.cfg.Listen, "topic_pattern", b.cfg.TopicPattern,
+			"replay_pattern", b.cfg.ReplayPattern, "topic", b.cfg.Topic)
+		err := b.runBind(runCtx, drainCtx, startFlush, q.out)
+		if flushCtx == nil {
+			startFlush()
+		}
+		close(q.out)
+		wg.Wait()
+		flushErr := cl.Flush(flushCtx)
+		if ferr := b.fatalErr(); ferr != nil {
+			return ferr
+		}
+		if err != nil {
+			return err
+		}
+		if flushErr != nil {
+			b.log.Warn("flush at shutdown did not finish", "err", flushErr, "unsent", cl.BufferedProduceRecords())
+		}
+		// No goodbye: a central bridge stopping says nothing about the
+		// pods, which the next bridge catches up by replay or resync.
+		return flushErr
+	}
+
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		b.produceLoop(prodCtx, cl, q.out, cancelRun)
+		b.readLoop(runCtx, q.in)
 	}()
-
-	s := &sequencer{b: b, out: q.out}
+	s := &sequencer{b: b, st: b.one, out: q.out}
 	b.log.Info("bridge started", "endpoint", b.cfg.Endpoint, "replay_endpoint", b.cfg.ReplayEndpoint, "topic", b.cfg.Topic, "model", b.cfg.Model)
 	s.run(runCtx, q.in)
 
 	// Shutdown.
 	b.connected.Store(false)
 	b.m.connected.Set(0)
-	flushCtx, cancelFlush := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
-	defer cancelFlush()
-	stopProd := context.AfterFunc(flushCtx, cancelProd)
+	startFlush()
 	if b.fatalErr() == nil {
-		s.drain(flushCtx, q.in)
+		s.drain(drainCtx, q.in)
 	} else {
 		for range q.in {
 		}
@@ -204,7 +274,6 @@ func (b *Bridge) Run(ctx context.Context) error {
 	close(q.out)
 	wg.Wait()
 	flushErr := cl.Flush(flushCtx)
-	stopProd()
 	if err := b.fatalErr(); err != nil {
 		return err
 	}
@@ -224,13 +293,31 @@ func (b *Bridge) Run(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := cl.ProduceSync(gctx, b.controlRecord(KindGoodbye)).FirstErr(); err != nil {
+	if err := b.produceBounded(gctx, cl, b.one.controlRecord(KindGoodbye)); err != nil {
 		b.m.lost.WithLabelValues(lostShutdown).Inc()
 		return fmt.Errorf("%w: goodbye: %v", ErrProduce, err)
 	}
 	b.m.produceSeconds.Observe(time.Since(start).Seconds())
 	b.m.produced.WithLabelValues(KindGoodbye).Inc()
 	return flushErr
+}
+
+// produceBounded produces r and waits for its acknowledgement until ctx
+// ends. franz-go's ProduceSync is not enough: a record already buffered is
+// failed by its context only when a produce request is built for it, so
+// with every broker unreachable (no connection, no request) ProduceSync
+// waits for as long as the client retries, which is forever (issue 25: a
+// goodbye outlived a 5 s --flush-timeout by minutes). The record left
+// behind is failed when Run closes the client.
+func (b *Bridge) produceBounded(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
+	done := make(chan error, 1)
+	cl.Produce(ctx, r, func(_ *kgo.Record, err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // produceLoop hands every record of out to the Kafka client in order.

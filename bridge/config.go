@@ -15,13 +15,51 @@ import (
 	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
-// Config configures a Bridge. Start from DefaultConfig and set Endpoint,
-// Pod, Model, Brokers and Topic.
+// Config configures a Bridge. Start from DefaultConfig and set Brokers,
+// Topic and either (dial mode, a sidecar per endpoint) Endpoint, Pod and
+// Model, or (bind mode, one bridge for a fleet) Listen.
 type Config struct {
 	// Endpoint is the engine's ZMQ PUB socket, "tcp://HOST:PORT", dialed
 	// as given (see OffsetEndpointPort for vLLM's data-parallel port
-	// offset). Required; HOST must name a host ("*" is a bind address).
+	// offset). Dial mode: required; HOST must name a host ("*" is a bind
+	// address). Must be empty with Listen.
 	Endpoint string
+	// Listen selects the bind mode: the endpoint "tcp://HOST:PORT" the
+	// bridge binds and engines' PUB sockets connect to, as llm-d's pods
+	// connect to llm-d's subscriber (HOST "*" is every interface, PORT 0
+	// a free one, see Bridge.Addr). Each message's topic names its
+	// endpoint (TopicPattern). Default "": the dial mode.
+	Listen string
+	// TopicPattern (bind mode) is how a topic names its endpoint: literal
+	// text with the placeholders {pod} (required) and {model}, which take
+	// the shortest text up to the next literal (the last one takes the
+	// rest). The text before the first placeholder is the ZMQ
+	// subscription. Default DefaultTopicPattern, llm-d's
+	// "kv@{pod}@{model}". Without {model}, Model names every pod's model.
+	TopicPattern string
+	// ReplayPattern (bind mode) is each pod's replay endpoint, made from
+	// its topic: "tcp://{host}:5558" with {pod}, {host} (the pod without a
+	// trailing ":port") and {model}. Default "": no replay, so a pod's
+	// gaps and reconnects produce a resync of that pod.
+	ReplayPattern string
+	// MaxPods (bind mode) bounds the pods (distinct topics) the bridge
+	// keeps a stream for; messages of further topics are skipped and
+	// counted (kvindex_bridge_unknown_topics_total{reason=too_many_pods}).
+	// Default 1,024; must be at least 1.
+	MaxPods int
+	// MaxConnections (bind mode) bounds the open publisher connections;
+	// further ones are closed at once and counted. Default 2,048; must be
+	// at least 1.
+	MaxConnections int
+	// PodQueueSize (bind mode) is the capacity of each pod's channel from
+	// its connection to its sequencer. Default 64; must be at least 1.
+	// Memory is bounded by MaxPods × PodQueueSize + QueueSize messages
+	// (each at most MaxMessageBytes) plus MaxBufferedBytes.
+	PodQueueSize int
+	// PodIdleTimeout (bind mode) is how long a pod with no connection is
+	// kept: after it, its stream is forgotten, as if a fresh bridge had
+	// never seen it. Default 10 min; must be positive.
+	PodIdleTimeout time.Duration
 	// ReplayEndpoint is the engine's ROUTER replay socket,
 	// "tcp://HOST:PORT". Default "": none, so gaps and reconnects cannot be
 	// healed and produce a resync instead.
@@ -31,13 +69,16 @@ type Config struct {
 	ZMQTopic string
 
 	// Pod is the record key: the pod identity routers use for the endpoint.
-	// Required: non-empty UTF-8, at most 512 bytes.
+	// Dial mode: required, non-empty UTF-8, at most 512 bytes. Bind mode:
+	// unused (the topic names each pod).
 	Pod string
-	// Model is the served model name (header "model"). Required, same
-	// rules as Pod.
+	// Model is the served model name (header "model"). Dial mode:
+	// required, same rules as Pod. Bind mode: the model of pods whose
+	// topic names none (a TopicPattern without {model}); else unused.
 	Model string
 	// DPRank is the endpoint's data-parallel rank (header "dp_rank").
-	// Default 0.
+	// Default 0. Dial mode only: in the bind mode a pod's rank is the
+	// data_parallel_rank of its first batch.
 	DPRank uint32
 
 	// Brokers are the Kafka seed brokers, host:port. Required.
@@ -154,6 +195,11 @@ func DefaultConfig() Config {
 		ReplayAttempts:      3,
 		ReconnectBackoff:    100 * time.Millisecond,
 		MaxReconnectBackoff: 5 * time.Second,
+		TopicPattern:        DefaultTopicPattern,
+		MaxPods:             1024,
+		MaxConnections:      2048,
+		PodQueueSize:        64,
+		PodIdleTimeout:      10 * time.Minute,
 	}
 }
 
@@ -162,19 +208,25 @@ func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
-	if _, err := dialAddr(c.Endpoint); err != nil {
-		return bad("Endpoint: %v", err)
-	}
-	if c.ReplayEndpoint != "" {
-		if _, err := dialAddr(c.ReplayEndpoint); err != nil {
-			return bad("ReplayEndpoint: %v", err)
+	if c.Listen != "" {
+		if err := c.validateBind(); err != nil {
+			return bad("%v", err)
 		}
-	}
-	if err := keyspace.ValidateName("pod", c.Pod); err != nil {
-		return bad("Pod: %v", err)
-	}
-	if err := keyspace.ValidateName("model", c.Model); err != nil {
-		return bad("Model: %v", err)
+	} else {
+		if _, err := dialAddr(c.Endpoint); err != nil {
+			return bad("Endpoint: %v", err)
+		}
+		if c.ReplayEndpoint != "" {
+			if _, err := dialAddr(c.ReplayEndpoint); err != nil {
+				return bad("ReplayEndpoint: %v", err)
+			}
+		}
+		if err := keyspace.ValidateName("pod", c.Pod); err != nil {
+			return bad("Pod: %v", err)
+		}
+		if err := keyspace.ValidateName("model", c.Model); err != nil {
+			return bad("Model: %v", err)
+		}
 	}
 	if len(c.Brokers) == 0 {
 		return bad("Brokers: none given")
@@ -219,6 +271,40 @@ func (c Config) Validate() error {
 	}
 	if c.MaxReconnectBackoff < c.ReconnectBackoff {
 		return bad("MaxReconnectBackoff %v: want at least ReconnectBackoff (%v)", c.MaxReconnectBackoff, c.ReconnectBackoff)
+	}
+	return nil
+}
+
+// validateBind checks the bind mode's fields.
+func (c Config) validateBind() error {
+	if c.Endpoint != "" || c.ReplayEndpoint != "" {
+		return fmt.Errorf("Endpoint and ReplayEndpoint are the dial mode's; with Listen set, use ReplayPattern")
+	}
+	if _, err := listenAddr(c.Listen); err != nil {
+		return fmt.Errorf("Listen: %v", err)
+	}
+	tp, err := parseTopicPattern(c.TopicPattern)
+	if err != nil {
+		return fmt.Errorf("TopicPattern: %v", err)
+	}
+	if !tp.hasModel() {
+		if err := keyspace.ValidateName("model", c.Model); err != nil {
+			return fmt.Errorf("Model (TopicPattern %q names no model): %v", c.TopicPattern, err)
+		}
+	}
+	if _, err := parseReplayPattern(c.ReplayPattern); err != nil {
+		return fmt.Errorf("ReplayPattern: %v", err)
+	}
+	for _, p := range []struct {
+		name string
+		v    int
+	}{{"MaxPods", c.MaxPods}, {"MaxConnections", c.MaxConnections}, {"PodQueueSize", c.PodQueueSize}} {
+		if p.v < 1 {
+			return fmt.Errorf("%s %d: want at least 1", p.name, p.v)
+		}
+	}
+	if c.PodIdleTimeout <= 0 {
+		return fmt.Errorf("PodIdleTimeout %v: want a positive duration", c.PodIdleTimeout)
 	}
 	return nil
 }

@@ -1,5 +1,10 @@
-// Package bridge is the sidecar that feeds one model-server endpoint into
-// kvindex: it subscribes to the engine's ZMQ PUB socket (vLLM's
+// Package bridge feeds model-server endpoints into kvindex. In the dial
+// mode it is the sidecar of one endpoint; in the bind mode (Config.Listen)
+// one bridge takes every engine that connects to it, as llm-d fleets
+// publish, each pod named by its topic and sequenced on its own (bind.go).
+// What follows describes one endpoint's stream, which both modes share.
+//
+// In the dial mode it subscribes to the engine's ZMQ PUB socket (vLLM's
 // ZmqEventPublisher and engines that copy it), heals sequence gaps from the
 // engine's ROUTER replay socket, and produces one Kafka record per batch
 // following the DESIGN record contract: key = pod, value = the batch bytes

@@ -27,6 +27,11 @@ const (
 	lostShutdown               = "shutdown_flush_timeout" // unsent when the shutdown flush gave up
 	outcomeGoodbyeEngineGone   = "engine_gone"
 	outcomeNoGoodbyeStillThere = "engine_still_there"
+	// bind mode: why a message's topic started no stream
+	topicNoMatch     = "no_match"      // the topic does not fit Config.TopicPattern
+	topicBadName     = "bad_name"      // its pod or model is empty, too long or not UTF-8
+	topicTooManyPods = "too_many_pods" // a new pod past Config.MaxPods
+	topicBadReplay   = "bad_replay"    // the stream started, but ReplayPattern gave no endpoint for it
 )
 
 // metrics are the bridge's Prometheus metrics (subsystem "bridge").
@@ -46,6 +51,12 @@ type metrics struct {
 	produceSeconds prometheus.Histogram   // Produce call to Kafka acknowledgement
 	shutdowns      *prometheus.CounterVec // shutdowns, by outcome
 	rankMismatches prometheus.Counter     // checked batches whose rank differs from DPRank
+	// bind mode
+	unknownTopics  *prometheus.CounterVec // messages whose topic started no stream, by reason
+	pods           prometheus.Gauge       // pods (topics) with a stream
+	podsRemoved    prometheus.Counter     // pods forgotten after PodIdleTimeout without a connection
+	publisherConns prometheus.Gauge       // accepted publisher connections past the handshake
+	refused        prometheus.Counter     // publisher connections refused at MaxConnections
 }
 
 func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queued func() float64) (*metrics, error) {
@@ -88,11 +99,11 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 		}),
 		connects: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindex_bridge_engine_connects_total",
-			Help: "Connections made to the engine's PUB socket.",
+			Help: "Connections made to the engine's PUB socket (bind mode: pods taken up by a connection).",
 		}),
 		connected: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "kvindex_bridge_engine_connected",
-			Help: "1 while the engine's PUB socket is connected, else 0.",
+			Help: "Dial mode: 1 while the engine's PUB socket is connected, else 0. Bind mode: the pods a connection carries.",
 		}),
 		lost: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_bridge_records_lost_total",
@@ -111,6 +122,26 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 			Name: "kvindex_bridge_dp_rank_mismatches_total",
 			Help: "Batches (the first after each connection is checked) whose data_parallel_rank differs from the configured dp_rank.",
 		}),
+		unknownTopics: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_bridge_unknown_topics_total",
+			Help: "Bind mode: messages whose topic started no stream, by reason (no_match, bad_name, too_many_pods), and pods whose replay endpoint could not be made (bad_replay).",
+		}, []string{"reason"}),
+		pods: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_pods",
+			Help: "Bind mode: pods (topics) the bridge keeps a stream for (bounded by max-pods).",
+		}),
+		podsRemoved: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_pods_removed_total",
+			Help: "Bind mode: pods forgotten after pod-idle-timeout without a connection.",
+		}),
+		publisherConns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "kvindex_bridge_publisher_connections",
+			Help: "Bind mode: publisher connections open (past the ZMTP handshake).",
+		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_connections_refused_total",
+			Help: "Bind mode: publisher connections closed at once because max-connections were open.",
+		}),
 	}
 	// Every label value the bridge uses starts at 0, so each series
 	// exists before its first event (a rate over it is 0, not absent, and
@@ -121,10 +152,11 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 		m.produced:   {"batch", KindHeartbeat, KindGoodbye, KindResync},
 		m.resyncs: {reasonUnhealedGap, reasonNoReplay, reasonReconnectNoReplay, reasonReplayFailed,
 			reasonReplayOverrun, reasonRecordTooLarge},
-		m.skipped:   {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
-		m.replays:   {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
-		m.lost:      {lostShutdown},
-		m.shutdowns: {outcomeGoodbyeEngineGone, outcomeNoGoodbyeStillThere},
+		m.skipped:       {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
+		m.replays:       {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
+		m.lost:          {lostShutdown},
+		m.shutdowns:     {outcomeGoodbyeEngineGone, outcomeNoGoodbyeStillThere},
+		m.unknownTopics: {topicNoMatch, topicBadName, topicTooManyPods, topicBadReplay},
 	} {
 		for _, v := range values {
 			vec.WithLabelValues(v)
@@ -150,6 +182,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 	for _, c := range append([]prometheus.Collector{
 		m.received, m.duplicates, m.produced, m.replayed, m.gaps, m.resyncs, m.skipped, m.replays,
 		m.engineRestarts, m.connects, m.connected, m.lost, m.produceSeconds, m.shutdowns, m.rankMismatches,
+		m.unknownTopics, m.pods, m.podsRemoved, m.publisherConns, m.refused,
 	}, gauges...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

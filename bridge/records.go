@@ -1,8 +1,6 @@
 package bridge
 
 import (
-	"strconv"
-
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/contract"
@@ -38,32 +36,6 @@ const (
 	// bridge lost batches it could not recover.
 	KindResync = contract.KindResync
 )
-
-// batchRecord is the record of one engine batch: key = pod, value = the
-// payload exactly as received (not copied), headers model, seq, dp_rank.
-func (b *Bridge) batchRecord(seq uint64, payload []byte) *kgo.Record {
-	return &kgo.Record{
-		Key:   b.key,
-		Value: payload,
-		Headers: []kgo.RecordHeader{
-			{Key: HeaderModel, Value: b.model},
-			{Key: HeaderSeq, Value: strconv.AppendUint(nil, seq, 10)},
-			{Key: HeaderDPRank, Value: b.rank},
-		},
-	}
-}
-
-// controlRecord is a kind record: no value, headers model, dp_rank, kind.
-func (b *Bridge) controlRecord(kind string) *kgo.Record {
-	return &kgo.Record{
-		Key: b.key,
-		Headers: []kgo.RecordHeader{
-			{Key: HeaderModel, Value: b.model},
-			{Key: HeaderDPRank, Value: b.rank},
-			{Key: HeaderKind, Value: []byte(kind)},
-		},
-	}
-}
 
 // recordKind names a record for metrics: its kind, or "batch" (the
 // label values newMetrics starts at 0).

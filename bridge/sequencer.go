@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/events"
@@ -51,10 +53,15 @@ var errReplayHole = errors.New("replay answer skipped sequence numbers")
 // (a new process has different bytes at that seq, or none at all).
 type sequencer struct {
 	b   *Bridge
+	st  *stream
 	out chan<- *kgo.Record
 
-	known       bool
-	next        uint64
+	known bool
+	next  uint64
+	// from01 is set while the cursor is 0 because the engine's replay
+	// buffer was empty at a fresh start: the stream may start at 0 (vLLM)
+	// or at 1 (llm-d-inference-sim), so a first batch at 1 continues it.
+	from01      bool
 	hasLast     bool
 	last        uint64
 	lastPayload []byte
@@ -69,6 +76,24 @@ type sequencer struct {
 	// rankChecked is set once the first batch after a connection has been
 	// checked against the configured rank (checkRank).
 	rankChecked bool
+	// idle, when set (bind mode), is called once the stream has been
+	// disconnected for Config.PodIdleTimeout; true ends run (the stream
+	// was removed).
+	idle      func() bool
+	idleTimer clockwork.Timer
+}
+
+// continues reports whether a batch at seq continues the cursor.
+func (s *sequencer) continues(seq uint64) bool {
+	return !s.known || seq == s.next || (s.from01 && s.next == 0 && seq == 1)
+}
+
+// idleChan is the idle timer's channel, nil (never ready) without one.
+func (s *sequencer) idleChan() <-chan time.Time {
+	if s.idleTimer == nil {
+		return nil
+	}
+	return s.idleTimer.Chan()
 }
 
 // run is the sequencer loop: engine events in order, and heartbeats while
@@ -76,6 +101,7 @@ type sequencer struct {
 func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
 	tick := s.b.clock.NewTicker(s.b.cfg.HeartbeatInterval)
 	defer tick.Stop()
+	defer s.stopIdle()
 	for {
 		select {
 		case <-ctx.Done():
@@ -89,9 +115,14 @@ func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
 			}
 		case <-tick.Chan():
 			if s.connected {
-				if s.emit(ctx, s.b.controlRecord(KindHeartbeat)) != nil {
+				if s.emit(ctx, s.st.controlRecord(KindHeartbeat)) != nil {
 					return
 				}
+			}
+		case <-s.idleChan():
+			s.idleTimer = nil
+			if s.idle() {
+				return
 			}
 		}
 	}
@@ -99,25 +130,39 @@ func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
 
 // float forgets the cursor: the next batch starts the stream wherever it
 // is (fresh start, or after a resync).
-func (s *sequencer) float() { s.known, s.hasLast, s.lastPayload = false, false, nil }
+func (s *sequencer) float() { s.known, s.from01, s.hasLast, s.lastPayload = false, false, false, nil }
+
+func (s *sequencer) stopIdle() {
+	if s.idleTimer != nil {
+		s.idleTimer.Stop()
+		s.idleTimer = nil
+	}
+}
 
 func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
 	b := s.b
 	switch ev.kind {
 	case evConnected:
+		if !s.connected {
+			b.m.connected.Inc()
+		}
 		s.connected, s.ignoreLive, s.rankChecked = true, false, false
-		b.connected.Store(true)
-		b.m.connected.Set(1)
+		s.stopIdle()
+		s.st.state(true, false)
 		b.m.connects.Inc()
 		if err := s.onConnect(ctx); err != nil {
 			return err
 		}
-		b.caughtUp.Store(true)
+		s.st.state(true, true)
 	case evDisconnected:
+		if s.connected {
+			b.m.connected.Dec()
+		}
 		s.connected = false
-		b.connected.Store(false)
-		b.caughtUp.Store(false)
-		b.m.connected.Set(0)
+		s.st.state(false, false)
+		if s.idle != nil && s.idleTimer == nil {
+			s.idleTimer = b.clock.NewTimer(b.cfg.PodIdleTimeout)
+		}
 	case evMessage:
 		return s.onLive(ctx, ev.seq, ev.payload)
 	}
@@ -128,11 +173,11 @@ func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
 // buffered from the cursor on (from 0 on a fresh start), since PUB drops
 // whatever was published while no subscription was live.
 func (s *sequencer) onConnect(ctx context.Context) error {
-	b := s.b
+	log := s.st.log
 	resume := s.known || s.hasLast
-	if b.replayAddr == "" {
+	if s.st.replayAddr == "" {
 		if resume {
-			b.log.Warn("reconnected without a replay socket: batches may be lost, producing resync")
+			log.Warn("reconnected without a replay socket: batches may be lost, producing resync")
 			s.float()
 			return s.resync(ctx, reasonReconnectNoReplay)
 		}
@@ -146,10 +191,10 @@ func (s *sequencer) onConnect(ctx context.Context) error {
 		// Nothing produced yet: the first live batch starts the stream;
 		// the ingester's sequence rules judge it against what an earlier
 		// bridge produced.
-		b.log.Warn("initial replay failed, starting from the live stream", "err", err)
+		log.Warn("initial replay failed, starting from the live stream", "err", err)
 		return nil
 	}
-	b.log.Warn("replay after reconnecting failed, producing resync", "err", err)
+	log.Warn("replay after reconnecting failed, producing resync", "err", err)
 	s.float()
 	return s.resync(ctx, reasonReplayFailed)
 }
@@ -162,16 +207,16 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 		return nil
 	}
 	switch {
-	case !s.known || seq == s.next:
+	case s.continues(seq):
 		return s.produce(ctx, seq, payload, false)
 	case seq < s.next:
 		b.m.duplicates.WithLabelValues(sourceLive).Inc()
 		return nil
 	}
 	b.m.gaps.Inc()
-	b.log.Info("sequence gap", "expected_seq", s.next, "seq", seq)
+	s.st.log.Info("sequence gap", "expected_seq", s.next, "seq", seq)
 	reason := reasonNoReplay
-	if b.replayAddr != "" {
+	if s.st.replayAddr != "" {
 		reason = reasonUnhealedGap
 		restarts := s.restarts
 		err := s.heal(ctx)
@@ -182,22 +227,22 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 			// The engine restarted under this connection: what it still
 			// delivers is the old process's. Reconnect to the new one.
 			s.ignoreLive = true
-			b.dropSub()
+			s.st.drop()
 			b.m.skipped.WithLabelValues(skipStale).Inc()
 			return nil
 		}
 		if err != nil {
-			b.log.Warn("healing gap failed", "expected_seq", s.next, "seq", seq, "err", err)
+			s.st.log.Warn("healing gap failed", "expected_seq", s.next, "seq", seq, "err", err)
 		}
 	}
-	if s.known && s.next < seq {
-		b.log.Warn("unhealed gap, producing resync", "missing_from", s.next, "missing_to", seq-1, "reason", reason)
+	if s.known && s.next < seq && !s.continues(seq) {
+		s.st.log.Warn("unhealed gap, producing resync", "missing_from", s.next, "missing_to", seq-1, "reason", reason)
 		if err := s.resync(ctx, reason); err != nil {
 			return err
 		}
 		s.next = seq
 	}
-	if !s.known || seq == s.next {
+	if s.continues(seq) {
 		return s.produce(ctx, seq, payload, false)
 	}
 	b.m.duplicates.WithLabelValues(sourceLive).Inc() // the replay covered it
@@ -227,7 +272,7 @@ func (s *sequencer) heal(ctx context.Context) error {
 			}
 			s.restarts++
 			b.m.engineRestarts.Inc()
-			b.log.Info("engine restarted: new process, producing its batches from its first buffered seq", "last_seq", s.last)
+			s.st.log.Info("engine restarted: new process, producing its batches from its first buffered seq", "last_seq", s.last)
 			s.float()
 			continue
 		}
@@ -238,7 +283,7 @@ func (s *sequencer) heal(ctx context.Context) error {
 		if stalled++; stalled >= b.cfg.ReplayAttempts {
 			return fmt.Errorf("%w: %d attempts without progress: %v", errReplay, stalled, err)
 		}
-		b.log.Debug("replay attempt made no progress", "attempt", stalled, "err", err)
+		s.st.log.Debug("replay attempt made no progress", "attempt", stalled, "err", err)
 		if !b.sleep(ctx, backoff) {
 			return ctx.Err()
 		}
@@ -261,14 +306,14 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 	}
 	outcome := replayOutcomeError
 	defer func() { b.m.replays.WithLabelValues(outcome).Inc() }()
-	st, err := b.openReplay(ctx, from)
+	rs, err := b.openReplay(ctx, s.st, from)
 	if err != nil {
 		return replayIncomplete, false, fmt.Errorf("%w: %v", errReplay, err)
 	}
-	defer st.close()
+	defer rs.close()
 	first := true
 	for {
-		seq, payload, end, err := st.next()
+		seq, payload, end, err := rs.next()
 		if err != nil {
 			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: %v", errReplay, from, err)
 		}
@@ -281,8 +326,9 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 				return replayRestart, progressed, nil
 			case !s.known && first:
 				// An empty buffer: the engine has published nothing yet,
-				// so its stream starts at 0.
-				s.known, s.next = true, 0
+				// so its stream starts at 0, or at 1 for engines that
+				// number from 1 (llm-d-inference-sim).
+				s.known, s.next, s.from01 = true, 0, true
 			}
 			outcome = replayOutcomeComplete
 			return replayDone, progressed, nil
@@ -307,13 +353,13 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 			if err := s.overrun(ctx, s.last+1, seq); err != nil {
 				return replayIncomplete, progressed, err
 			}
-		} else if wasFirst && s.known && seq > s.next {
+		} else if wasFirst && s.known && seq > s.next && !s.continues(seq) {
 			if err := s.overrun(ctx, s.next, seq); err != nil {
 				return replayIncomplete, progressed, err
 			}
 		}
 		switch {
-		case !s.known || seq == s.next:
+		case s.continues(seq):
 			if err := s.produce(ctx, seq, payload, true); err != nil {
 				return replayIncomplete, progressed, err
 			}
@@ -330,11 +376,11 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 // overrun produces a resync for batches [from, to) the engine no longer
 // buffers, and moves the cursor to to.
 func (s *sequencer) overrun(ctx context.Context, from, to uint64) error {
-	s.b.log.Warn("replay buffer overrun, producing resync", "missing_from", from, "missing_to", to-1)
+	s.st.log.Warn("replay buffer overrun, producing resync", "missing_from", from, "missing_to", to-1)
 	if err := s.resync(ctx, reasonReplayOverrun); err != nil {
 		return err
 	}
-	s.known, s.next, s.hasLast, s.lastPayload = true, to, false, nil
+	s.known, s.next, s.from01, s.hasLast, s.lastPayload = true, to, false, false, nil
 	return nil
 }
 
@@ -345,24 +391,24 @@ func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, rep
 	b := s.b
 	if len(payload) > b.cfg.MaxRecordBytes {
 		b.m.skipped.WithLabelValues(skipRecordTooLarge).Inc()
-		b.log.Warn("batch over the record size limit skipped, producing resync", "seq", seq, "bytes", len(payload), "limit", b.cfg.MaxRecordBytes)
+		s.st.log.Warn("batch over the record size limit skipped, producing resync", "seq", seq, "bytes", len(payload), "limit", b.cfg.MaxRecordBytes)
 		if err := s.resync(ctx, reasonRecordTooLarge); err != nil {
 			return err
 		}
-		s.known, s.next = true, seq+1
+		s.known, s.next, s.from01 = true, seq+1, false
 		return nil
 	}
 	if !s.rankChecked {
 		s.rankChecked = true
 		s.checkRank(seq, payload)
 	}
-	if err := s.emit(ctx, b.batchRecord(seq, payload)); err != nil {
+	if err := s.emit(ctx, s.st.batchRecord(seq, payload)); err != nil {
 		return err
 	}
 	if replayed {
 		b.m.replayed.Inc()
 	}
-	s.known, s.next = true, seq+1
+	s.known, s.next, s.from01 = true, seq+1, false
 	s.hasLast, s.last, s.lastPayload = true, seq, payload
 	return nil
 }
@@ -374,17 +420,17 @@ func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, rep
 // changes or judges payloads.
 func (s *sequencer) checkRank(seq uint64, payload []byte) {
 	batch, err := events.NewDecoder(nil).Decode(payload)
-	if err != nil || !batch.HasRank || batch.Rank == s.b.cfg.DPRank {
+	if err != nil || !batch.HasRank || batch.Rank == s.st.dpRank {
 		return
 	}
 	s.b.m.rankMismatches.Inc()
-	s.b.log.Error("batch data_parallel_rank differs from --dp-rank: the ingester will skip this endpoint's batches",
-		"seq", seq, "batch_rank", batch.Rank, "dp_rank", s.b.cfg.DPRank)
+	s.st.log.Error("batch data_parallel_rank differs from the endpoint's dp_rank: the ingester will skip this endpoint's batches",
+		"seq", seq, "batch_rank", batch.Rank, "dp_rank", s.st.dpRank)
 }
 
 func (s *sequencer) resync(ctx context.Context, reason string) error {
 	s.b.m.resyncs.WithLabelValues(reason).Inc()
-	return s.emit(ctx, s.b.controlRecord(KindResync))
+	return s.emit(ctx, s.st.controlRecord(KindResync))
 }
 
 // emit hands a record to the producer goroutine, waiting while the bounded
@@ -410,7 +456,7 @@ func (s *sequencer) drain(ctx context.Context, in <-chan inEvent) {
 			continue
 		}
 		s.b.m.received.WithLabelValues(sourceLive).Inc()
-		if !stopped && (!s.known || ev.seq == s.next) {
+		if !stopped && s.continues(ev.seq) {
 			if s.produce(ctx, ev.seq, ev.payload, false) == nil {
 				continue
 			}
@@ -423,6 +469,6 @@ func (s *sequencer) drain(ctx context.Context, in <-chan inEvent) {
 		left++
 	}
 	if left > 0 {
-		s.b.log.Info("batches received but not produced at shutdown", "count", left)
+		s.st.log.Info("batches received but not produced at shutdown", "count", left)
 	}
 }

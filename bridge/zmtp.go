@@ -68,12 +68,20 @@ func dialZMTP(ctx context.Context, addr string, typ zmq4.SocketType, timeout tim
 	if err != nil {
 		return nil, err
 	}
+	return openZMTP(ctx, raw, addr, typ, false, timeout, maxMessage)
+}
+
+// openZMTP performs the ZMTP greeting and NULL handshake on raw, which it
+// owns from then on (closed on failure), as a socket of type typ, as the
+// server side when server is set (an accepted connection), within
+// timeout; ctx interrupts both.
+func openZMTP(ctx context.Context, raw net.Conn, addr string, typ zmq4.SocketType, server bool, timeout time.Duration, maxMessage int64) (*zconn, error) {
 	if err := raw.SetDeadline(time.Now().Add(timeout)); err != nil {
 		raw.Close()
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	zc, err := zmq4.Open(&frameLimiter{Conn: raw, max: maxMessage, skip: greetingLen}, null.Security(), typ, nil, false, nil)
+	zc, err := zmq4.Open(&frameLimiter{Conn: raw, max: maxMessage, skip: greetingLen}, null.Security(), typ, nil, server, nil)
 	stopped := stop()
 	if err == nil && !stopped {
 		err = ctx.Err()
@@ -186,13 +194,17 @@ type replayStream struct {
 	c       *zconn
 	timeout time.Duration
 	stop    func() bool
+	// topic, when set, is the topic an answer with a topic frame must
+	// carry.
+	topic []byte
 }
 
-// openReplay dials the replay socket as a DEALER and asks for every
+// openReplay dials st's replay socket as a DEALER and asks for every
 // buffered batch with seq >= from: [empty delimiter, from as 8 bytes
-// big-endian], the framing vLLM's ROUTER expects from a REQ or DEALER.
-func (b *Bridge) openReplay(ctx context.Context, from uint64) (*replayStream, error) {
-	c, err := dialZMTP(ctx, b.replayAddr, zmq4.Dealer, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
+// big-endian], the framing vLLM's ROUTER expects from a REQ or DEALER
+// (and llm-d-inference-sim's).
+func (b *Bridge) openReplay(ctx context.Context, st *stream, from uint64) (*replayStream, error) {
+	c, err := dialZMTP(ctx, st.replayAddr, zmq4.Dealer, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -202,10 +214,18 @@ func (b *Bridge) openReplay(ctx context.Context, from uint64) (*replayStream, er
 		c.close()
 		return nil, fmt.Errorf("sending replay request: %w", err)
 	}
-	return &replayStream{c: c, timeout: b.cfg.ReplayTimeout, stop: context.AfterFunc(ctx, c.close)}, nil
+	return &replayStream{c: c, timeout: b.cfg.ReplayTimeout, stop: context.AfterFunc(ctx, c.close), topic: st.replayTopic}, nil
 }
 
 // next returns the next batch of the answer, or end at the end marker.
+//
+// Two framings are read: [empty, seq, payload] (vLLM at 0181ea31) and
+// [empty, topic, seq, payload] (llm-d-inference-sim, newer vLLM copies of
+// kv_events.py, and what llm-d-router v0.10.0 expects); the end marker is
+// either [empty, -1, empty] or [empty, empty, -1, empty]. The framing is
+// told apart by frame count, so each message may use either. With r.topic
+// set, a non-empty topic frame other than r.topic is refused: the answer
+// is another endpoint's.
 func (r *replayStream) next() (seq uint64, payload []byte, end bool, err error) {
 	if err := r.c.raw.SetReadDeadline(time.Now().Add(r.timeout)); err != nil {
 		return 0, nil, false, err
@@ -214,12 +234,26 @@ func (r *replayStream) next() (seq uint64, payload []byte, end bool, err error) 
 	if err != nil {
 		return 0, nil, false, err
 	}
-	f := m.Frames
-	if len(f) != 3 || len(f[0]) != 0 || len(f[1]) != 8 {
-		return 0, nil, false, fmt.Errorf("replay answer has %d frames (want [empty, seq(8), payload])", len(f))
+	seq, payload, err = replayFrames(m.Frames, r.topic)
+	if err != nil {
+		return 0, nil, false, err
 	}
-	seq = binary.BigEndian.Uint64(f[1])
-	return seq, f[2], seq == endSeq, nil
+	return seq, payload, seq == endSeq, nil
+}
+
+// replayFrames reads one replay answer message (see replayStream.next).
+func replayFrames(f [][]byte, topic []byte) (uint64, []byte, error) {
+	switch {
+	case len(f) == 3 && len(f[0]) == 0 && len(f[1]) == 8:
+		return binary.BigEndian.Uint64(f[1]), f[2], nil
+	case len(f) == 4 && len(f[0]) == 0 && len(f[2]) == 8:
+		seq := binary.BigEndian.Uint64(f[2])
+		if topic != nil && len(f[1]) > 0 && seq != endSeq && string(f[1]) != string(topic) {
+			return 0, nil, fmt.Errorf("replay answer for topic %q, want %q", f[1], topic)
+		}
+		return seq, f[3], nil
+	}
+	return 0, nil, fmt.Errorf("replay answer has %d frames (want [empty, seq(8), payload] or [empty, topic, seq(8), payload])", len(f))
 }
 
 func (r *replayStream) close() {
@@ -234,8 +268,8 @@ func (r *replayStream) close() {
 // not turn a sidecar restart into a goodbye.
 func (b *Bridge) probe(ctx context.Context) error {
 	var errs []error
-	if b.replayAddr != "" {
-		c, err := dialZMTP(ctx, b.replayAddr, zmq4.Dealer, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
+	if b.one.replayAddr != "" {
+		c, err := dialZMTP(ctx, b.one.replayAddr, zmq4.Dealer, b.cfg.ProbeInterval, int64(b.cfg.MaxMessageBytes))
 		if err == nil {
 			c.close()
 			return nil

@@ -37,6 +37,7 @@ var requiredBuilds = []string{
 	"overlays/strimzi",
 	"examples/vllm-sidecar",
 	"examples/vllm-sidecar-dp",
+	"examples/llm-d",
 }
 
 // object is one resource of a build's output.

@@ -35,6 +35,23 @@ var requiredFlags = map[string][]string{
 	"bridge":   {"zmq", "replay", "brokers", "topic", "pod", "model", "metrics-listen"},
 }
 
+// bindBridgeFlags are what a bind-mode bridge (--zmq-bind, one for a
+// fleet, examples/llm-d) must be given instead of the sidecar's.
+var bindBridgeFlags = []string{"zmq-bind", "replay-pattern", "brokers", "topic", "metrics-listen"}
+
+// bindMode reports a bridge container in the bind mode.
+func (k *kvContainer) bindMode() bool {
+	return k.Role == "bridge" && (k.Flags["zmq-bind"] != "" || k.Flags["listen"] != "")
+}
+
+// required are the flags k's role must be given.
+func (k *kvContainer) required() []string {
+	if k.bindMode() {
+		return bindBridgeFlags
+	}
+	return requiredFlags[k.Role]
+}
+
 // kvContainer is a kvindex container with its args resolved for one pod.
 type kvContainer struct {
 	W *workload
@@ -186,7 +203,16 @@ func roleConfigErrors(role string, fs *pflag.FlagSet) []string {
 		offset, oerr := fs.GetBool("offset-by-rank")
 		errs = append(errs, rerr, oerr)
 		cfg.DPRank, cfg.Endpoint, cfg.ReplayEndpoint = rank, str("zmq"), str("replay")
-		if offset {
+		cfg.TopicPattern, cfg.ReplayPattern = str("topic-pattern"), str("replay-pattern")
+		cfg.MaxPods, cfg.MaxConnections, cfg.PodQueueSize = num("max-pods"), num("max-connections"), num("pod-queue-size")
+		cfg.PodIdleTimeout = dur("pod-idle-timeout")
+		if cfg.Listen = str("zmq-bind"); cfg.Listen == "" {
+			cfg.Listen = str("listen")
+		}
+		if cfg.Listen != "" {
+			// The command ignores --zmq's default in the bind mode.
+			cfg.Endpoint = ""
+		} else if offset {
 			if cfg.Endpoint, err = bridge.OffsetEndpointPort(cfg.Endpoint, rank); err != nil {
 				break
 			}
@@ -250,7 +276,7 @@ func TestKvindexRoles(t *testing.T) {
 				if k.W.Labels[labelName] == "kvindex" && k.W.Component() != k.Role {
 					t.Errorf("%s: runs role %q in pods labelled %s=%s", k, k.Role, labelComponent, k.W.Component())
 				}
-				for _, name := range requiredFlags[k.Role] {
+				for _, name := range k.required() {
 					if k.Flags[name] == "" {
 						t.Errorf("%s: --%s must be set (its default suits a single local process, not a cluster)", k, name)
 					}
@@ -276,6 +302,12 @@ func TestKvindexRoles(t *testing.T) {
 					checkHTTPProbe(t, k, "readiness", k.C.ReadinessProbe, "/readyz")
 				case "bridge":
 					checkHTTPProbe(t, k, "liveness", k.C.LivenessProbe, "/healthz")
+					if k.bindMode() {
+						// A central bridge is its own Service's endpoint:
+						// ready while it listens.
+						checkHTTPProbe(t, k, "readiness", k.C.ReadinessProbe, "/readyz")
+						break
+					}
 					// A sidecar's readiness is the pod's: the model server
 					// must not leave its Service because Kafka is away.
 					if k.C.ReadinessProbe != nil {

@@ -71,8 +71,8 @@ func TestModelServerSidecar(t *testing.T) {
 		pods := map[*workload][]*kvContainer{}
 		var order []*workload
 		for _, k := range kcs {
-			if k.Role != "bridge" || k.Cmd == nil {
-				continue
+			if k.Role != "bridge" || k.Cmd == nil || k.Flags["zmq-bind"] != "" || k.Flags["listen"] != "" {
+				continue // bind-mode bridges run alone (TestLLMDExample)
 			}
 			if _, ok := pods[k.W]; !ok {
 				order = append(order, k.W)

@@ -73,8 +73,14 @@ func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 	if ev.HasParent {
 		var ok bool
 		if parent, ok = a.maps.lookup(ep, ev.ParentHash); !ok {
-			a.unkeyed(unkeyedParent, n)
-			return
+			if ev.ParentHash != 0 {
+				a.unkeyed(unkeyedParent, n)
+				return
+			}
+			// Parent 0 that names no block of the endpoint is "no
+			// parent" (DESIGN "Hashing": array-format producers such as
+			// llm-d-inference-sim send 0, not nil, for a root).
+			parent = client.TokenKeyRoot
 		}
 	}
 	for i, h := range ev.BlockHashes {

@@ -23,19 +23,22 @@ type flags struct {
 	kafka        common.Kafka
 	auth         kafkaauth.Config
 	zmq          string
+	bind         string
 	replay       string
 	zmqTopic     string
 	offsetByRank bool
-	ops          common.Ops
-	cfg          bridge.Config
+	// dialFlags is set when --zmq or --replay was given.
+	dialFlags bool
+	ops       common.Ops
+	cfg       bridge.Config
 }
 
 // NewCommand returns `kvindex bridge`.
 func NewCommand() *cobra.Command {
 	f := &flags{cfg: bridge.DefaultConfig()}
 	cmd := &cobra.Command{
-		Use:   "bridge --pod POD --model MODEL [--zmq tcp://HOST:5557] [--replay tcp://HOST:5558]",
-		Short: "Forward one engine's ZMQ KV events to Kafka (a sidecar per endpoint)",
+		Use:   "bridge (--pod POD --model MODEL [--zmq tcp://HOST:5557] [--replay tcp://HOST:5558] | --zmq-bind tcp://*:5557 [--replay-pattern tcp://{host}:5558])",
+		Short: "Forward engines' ZMQ KV events to Kafka (a sidecar per endpoint, or one bridge pods connect to)",
 		Long: `bridge subscribes to a model server's ZMQ KV-event PUB socket (vLLM's
 --kv-events-config publisher "zmq"), heals sequence gaps from its replay
 socket, and produces one Kafka record per batch: key = --pod, value = the
@@ -47,15 +50,35 @@ restart keeps the endpoint's blocks).
 
 The engine of data-parallel rank N binds its configured ports + N (vLLM's
 rule); give the configured endpoints and --dp-rank N, or set
---offset-by-rank=false and give the exact ports.`,
+--offset-by-rank=false and give the exact ports.
+
+Bind mode (--zmq-bind, alias --listen): the bridge binds the endpoint and
+any number of engines connect their PUB sockets to it, as an llm-d fleet's
+pods connect to llm-d's subscriber. Each message's topic names its pod and
+model (--topic-pattern, llm-d's kv@{pod}@{model} by default); each pod has
+its own sequence tracking, and its gaps are replayed from
+--replay-pattern (e.g. tcp://{host}:5558) or, without one, resync that pod.
+--pod, --model (unless the pattern names no model), --dp-rank, --zmq and
+--replay are the dial mode's.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return f.run(cmd.Context()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.dialFlags = cmd.Flags().Changed("zmq") || cmd.Flags().Changed("replay")
+			return f.run(cmd.Context())
+		},
 	}
 	fs := cmd.Flags()
 	f.logging.Register(fs)
 	f.kafka.Register(fs)
 	f.auth.Register(fs)
 	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
+	fs.StringVar(&f.bind, "zmq-bind", "", "bind mode: the endpoint to bind, tcp://HOST:PORT (HOST * for every interface), that engines' PUB sockets connect to")
+	fs.StringVar(&f.bind, "listen", "", "alias of --zmq-bind")
+	fs.StringVar(&f.cfg.TopicPattern, "topic-pattern", f.cfg.TopicPattern, "bind mode: how a ZMQ topic names its endpoint, with {pod} and {model} (llm-d's convention by default)")
+	fs.StringVar(&f.cfg.ReplayPattern, "replay-pattern", "", "bind mode: each pod's replay endpoint from its topic, with {pod}, {host} (the pod without :port) and {model}, e.g. tcp://{host}:5558; without it gaps resync the pod")
+	fs.IntVar(&f.cfg.MaxPods, "max-pods", f.cfg.MaxPods, "bind mode: most pods (topics) kept; messages of further ones are skipped and counted")
+	fs.IntVar(&f.cfg.MaxConnections, "max-connections", f.cfg.MaxConnections, "bind mode: most publisher connections open at once; further ones are closed and counted")
+	fs.IntVar(&f.cfg.PodQueueSize, "pod-queue-size", f.cfg.PodQueueSize, "bind mode: messages queued per pod between its connection and its sequencer")
+	fs.DurationVar(&f.cfg.PodIdleTimeout, "pod-idle-timeout", f.cfg.PodIdleTimeout, "bind mode: how long a pod without a connection is kept before it is forgotten")
 	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
 	fs.StringVar(&f.cfg.Pod, "pod", "", "the endpoint's pod identity as routers know it (record key); required")
@@ -93,7 +116,12 @@ func (f *flags) run(ctx context.Context) error {
 	cfg.ZMQTopic = f.zmqTopic
 	cfg.Brokers, cfg.Topic = f.kafka.Brokers, f.kafka.Topic
 	cfg.Endpoint, cfg.ReplayEndpoint = f.zmq, f.replay
-	if f.offsetByRank {
+	if f.bind != "" {
+		if f.dialFlags {
+			return errors.New("--zmq and --replay are the dial mode's; with --zmq-bind, pods connect and --replay-pattern names their replay sockets")
+		}
+		cfg.Listen, cfg.Endpoint = f.bind, ""
+	} else if f.offsetByRank {
 		if cfg.Endpoint, err = bridge.OffsetEndpointPort(f.zmq, cfg.DPRank); err != nil {
 			return fmt.Errorf("--zmq: %w", err)
 		}
@@ -112,7 +140,7 @@ func (f *flags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	log.Info("bridge starting", "pod", cfg.Pod, "model", cfg.Model, "brokers", logging.RedactURLs(cfg.Brokers), "topic", cfg.Topic,
+	log.Info("bridge starting", "listen", cfg.Listen, "pod", cfg.Pod, "model", cfg.Model, "brokers", logging.RedactURLs(cfg.Brokers), "topic", cfg.Topic,
 		"kafka_tls", f.auth.TLS(), "kafka_sasl", f.auth.SASLMechanism, "kafka_user", f.auth.SASLUsername, "metrics", ops.Addr())
 	g, gctx := errgroup.WithContext(ctx)
 	// The ops server stops when the bridge has finished its shutdown (or

@@ -30,6 +30,9 @@ func TestBadFlags(t *testing.T) {
 		{"positional_args", []string{"--pod", "p", "--model", "m", "extra"}, "unknown command"},
 		{"etcd_flag", []string{"--pod", "p", "--model", "m", "--etcd-endpoints", "http://e:2379"}, "unknown flag: --etcd-endpoints"},
 		{"bad_topic", []string{"--pod", "p", "--model", "m", "--topic", "bad topic/x"}, "--topic: topic name"},
+		{"bind_with_zmq", []string{"--zmq-bind", "tcp://*:5557", "--zmq", "tcp://e:5557"}, "dial mode"},
+		{"bind_bad_pattern", []string{"--listen", "tcp://*:5557", "--topic-pattern", "kv@{model}"}, "{pod}"},
+		{"bind_bad_replay_pattern", []string{"--zmq-bind", "tcp://*:5557", "--replay-pattern", "tcp://{host}"}, "ReplayPattern"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()
@@ -76,6 +79,50 @@ func TestRun(t *testing.T) {
 	}
 	got[0].Partition = 0
 	if d := cmp.Diff([]bridgetest.Record{bridgetest.BatchRecord("ns/vllm-1", "m", 1, 0, payload)}, got); d != "" {
+		t.Errorf("record (-want +got):\n%s", d)
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Errorf("bridge command after SIGTERM = %v, want nil", err)
+	}
+}
+
+func TestRunBind(t *testing.T) {
+	// --zmq-bind: a pod connects as llm-d's pods do, and its topic names
+	// the record's key and model.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	k := testutil.StartKafka(t, "events", 2)
+	consumer := bridgetest.NewConsumer(t, k.Brokers, "events")
+	addr := testutil.FreeAddr(t)
+	runCtx, stop := context.WithCancel(ctx)
+	cmd := NewCommand()
+	cmd.SetArgs([]string{
+		"--zmq-bind", "tcp://" + addr, "--brokers", strings.Join(k.Brokers, ","), "--topic", "events",
+		"--metrics-listen", "127.0.0.1:0", "--log-level", "error",
+	})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(runCtx) }()
+	cfg := enginesim.DefaultConfig()
+	cfg.Connect, cfg.Topic, cfg.ReplayAddr, cfg.FirstSeq = addr, "kv@10.0.0.7:8000@org/m", "", 1
+	eng, err := enginesim.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	if err := eng.WaitSubscriptions(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	payload := enginesim.Batch{TS: 1.7e9, Events: []enginesim.Event{enginesim.AllBlocksCleared{}}}.MustEncode()
+	if _, err := eng.Publish(ctx, payload); err != nil {
+		t.Fatal(err)
+	}
+	got, err := consumer.Read(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got[0].Partition = 0
+	if d := cmp.Diff([]bridgetest.Record{bridgetest.BatchRecord("10.0.0.7:8000", "org/m", 0, 1, payload)}, got); d != "" {
 		t.Errorf("record (-want +got):\n%s", d)
 	}
 	stop()

@@ -26,6 +26,20 @@ type Config struct {
 	// 1,000 (libzmq's default; vLLM raises it to 100,000); must be at
 	// least 1.
 	HWM int
+	// Connect, when set, is the host:port the PUB socket dials instead of
+	// listening on PubAddr: an llm-d pod (and llm-d-inference-sim)
+	// connects to the subscriber's bound endpoint. The engine redials
+	// after every lost connection until Close, as zmq4's PUB does with
+	// automatic reconnection. Default "" (listen, as vLLM binds).
+	Connect string
+	// FirstSeq is the sequence number of the first batch of each process.
+	// Default 0 (vLLM); llm-d-inference-sim starts at 1.
+	FirstSeq uint64
+	// ReplayTopicFrame makes replay answers carry the topic, [empty,
+	// topic, seq, payload], ending with [empty, empty, -1, empty], as
+	// llm-d-inference-sim sends and llm-d-router v0.10.0 expects. Default
+	// false: [empty, seq, payload] (vLLM at 0181ea31).
+	ReplayTopicFrame bool
 	// Logger receives the engine's logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -42,7 +56,11 @@ func DefaultConfig() Config {
 
 // Validate reports the first invalid field, wrapping ErrInvalidConfig.
 func (c Config) Validate() error {
-	if _, _, err := net.SplitHostPort(c.PubAddr); err != nil {
+	if c.Connect != "" {
+		if _, _, err := net.SplitHostPort(c.Connect); err != nil {
+			return fmt.Errorf("%w: Connect %q: %v", ErrInvalidConfig, c.Connect, err)
+		}
+	} else if _, _, err := net.SplitHostPort(c.PubAddr); err != nil {
 		return fmt.Errorf("%w: PubAddr %q: %v", ErrInvalidConfig, c.PubAddr, err)
 	}
 	if c.ReplayAddr != "" {

@@ -74,8 +74,9 @@ type Engine struct {
 	replayDrop struct{ after, n int }
 	subs       map[*subscriber]struct{}
 	conns      map[net.Conn]struct{}
-	pubL       net.Listener
+	pubL       net.Listener // nil with Config.Connect
 	replayL    net.Listener
+	stopDial   chan struct{} // closed to stop the current process's dial loop
 	pubAddr    string
 	replayAddr string
 	// changed is closed and replaced whenever the set of subscribed
@@ -122,6 +123,10 @@ func New(cfg Config) (*Engine, error) {
 		changed:    make(chan struct{}),
 		pubAddr:    cfg.PubAddr,
 		replayAddr: cfg.ReplayAddr,
+		seq:        cfg.FirstSeq,
+	}
+	if cfg.Connect != "" {
+		e.pubAddr = cfg.Connect
 	}
 	if e.log == nil {
 		e.log = logging.Discard()
@@ -132,7 +137,8 @@ func New(cfg Config) (*Engine, error) {
 	return e, nil
 }
 
-// PubEndpoint is the PUB socket's ZMQ endpoint, "tcp://host:port".
+// PubEndpoint is the PUB socket's ZMQ endpoint, "tcp://host:port" (with
+// Config.Connect, the address it dials).
 func (e *Engine) PubEndpoint() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -309,7 +315,7 @@ func (e *Engine) Restart(ctx context.Context) error {
 		return err
 	}
 	e.mu.Lock()
-	e.seq, e.head, e.n, e.dropNext = 0, 0, 0, 0
+	e.seq, e.head, e.n, e.dropNext = e.cfg.FirstSeq, 0, 0, 0
 	e.replayDrop.after, e.replayDrop.n = 0, 0
 	clear(e.ring)
 	e.stats.Restarts++
@@ -329,20 +335,28 @@ func (e *Engine) Close() error {
 // so a restarted engine has the same ports) and starts the accept loops.
 func (e *Engine) start(ctx context.Context) error {
 	var lc net.ListenConfig
-	pubL, err := lc.Listen(ctx, "tcp", e.pubAddr)
-	if err != nil {
-		return fmt.Errorf("enginesim: listening for PUB on %s: %w", e.pubAddr, err)
+	var pubL net.Listener
+	var err error
+	if e.cfg.Connect == "" {
+		if pubL, err = lc.Listen(ctx, "tcp", e.pubAddr); err != nil {
+			return fmt.Errorf("enginesim: listening for PUB on %s: %w", e.pubAddr, err)
+		}
 	}
 	var replayL net.Listener
 	if e.replayAddr != "" {
 		if replayL, err = lc.Listen(ctx, "tcp", e.replayAddr); err != nil {
-			pubL.Close()
+			if pubL != nil {
+				pubL.Close()
+			}
 			return fmt.Errorf("enginesim: listening for replay on %s: %w", e.replayAddr, err)
 		}
 	}
+	stopDial := make(chan struct{})
 	e.mu.Lock()
-	e.pubL, e.replayL, e.running = pubL, replayL, true
-	e.pubAddr = pubL.Addr().String()
+	e.pubL, e.replayL, e.running, e.stopDial = pubL, replayL, true, stopDial
+	if pubL != nil {
+		e.pubAddr = pubL.Addr().String()
+	}
 	if replayL != nil {
 		e.replayAddr = replayL.Addr().String()
 	}
@@ -350,7 +364,11 @@ func (e *Engine) start(ctx context.Context) error {
 	e.wg.Add(1)
 	go func() {
 		defer e.wg.Done()
-		e.acceptLoop(pubL, e.servePub)
+		if pubL == nil {
+			e.dialLoop(stopDial)
+			return
+		}
+		e.acceptLoop(pubL, func(c net.Conn) { e.servePub(c, true) })
 	}()
 	if replayL != nil {
 		e.wg.Add(1)
@@ -376,7 +394,10 @@ func (e *Engine) stop(final bool) error {
 	e.closed = final
 	var errs []error
 	if e.running {
-		errs = append(errs, e.pubL.Close())
+		if e.pubL != nil {
+			errs = append(errs, e.pubL.Close())
+		}
+		close(e.stopDial)
 		if e.replayL != nil {
 			errs = append(errs, e.replayL.Close())
 		}
@@ -421,6 +442,38 @@ func (e *Engine) acceptLoop(l net.Listener, serve func(net.Conn)) {
 	}
 }
 
+// dialLoop connects the PUB socket to Config.Connect and serves the
+// connection, redialing after it ends (every 10 ms) until stop is closed.
+func (e *Engine) dialLoop(stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	var d net.Dialer
+	for {
+		c, err := d.DialContext(ctx, "tcp", e.cfg.Connect)
+		if err == nil {
+			e.mu.Lock()
+			if !e.running {
+				e.mu.Unlock()
+				c.Close()
+				return
+			}
+			e.conns[c] = struct{}{}
+			e.mu.Unlock()
+			e.servePub(c, false)
+			e.forget(c)
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 func (e *Engine) forget(c net.Conn) {
 	c.Close()
 	e.mu.Lock()
@@ -428,12 +481,13 @@ func (e *Engine) forget(c net.Conn) {
 	e.mu.Unlock()
 }
 
-// open performs the ZMTP handshake as typ (server side).
-func open(raw net.Conn, typ zmq4.SocketType) (*zmq4.Conn, error) {
+// open performs the ZMTP handshake as typ, as the server side of an
+// accepted connection or the client side of a dialed one.
+func open(raw net.Conn, typ zmq4.SocketType, server bool) (*zmq4.Conn, error) {
 	if err := raw.SetDeadline(time.Now().Add(handshakeTimeout)); err != nil {
 		return nil, err
 	}
-	zc, err := zmq4.Open(raw, null.Security(), typ, nil, true, nil)
+	zc, err := zmq4.Open(raw, null.Security(), typ, nil, server, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -442,8 +496,8 @@ func open(raw net.Conn, typ zmq4.SocketType) (*zmq4.Conn, error) {
 
 // servePub runs one subscriber: this goroutine reads its subscriptions, a
 // second one (owned here) writes its queue.
-func (e *Engine) servePub(raw net.Conn) {
-	zc, err := open(raw, zmq4.Pub)
+func (e *Engine) servePub(raw net.Conn, server bool) {
+	zc, err := open(raw, zmq4.Pub, server)
 	if err != nil {
 		e.log.Debug("PUB handshake failed", "peer", raw.RemoteAddr().String(), "err", err)
 		return
@@ -519,7 +573,7 @@ func (e *Engine) notifyLocked() {
 // time, from a snapshot of the buffer taken when the request arrives (vLLM
 // serves replay on its publisher thread, between publishes).
 func (e *Engine) serveReplay(raw net.Conn) {
-	zc, err := open(raw, zmq4.Router)
+	zc, err := open(raw, zmq4.Router, true)
 	if err != nil {
 		e.log.Debug("replay handshake failed", "peer", raw.RemoteAddr().String(), "err", err)
 		return
@@ -547,16 +601,24 @@ func (e *Engine) serveReplay(raw net.Conn) {
 			if i >= after && i < after+drop {
 				continue
 			}
-			if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, seqBytes(en.seq), en.payload)); err != nil {
+			if err := zc.SendMsg(e.replayMsg([]byte(e.cfg.Topic), en.seq, en.payload)); err != nil {
 				return
 			}
 			sent++
 		}
-		if err := zc.SendMsg(zmq4.NewMsgFrom([]byte{}, seqBytes(EndSeq), []byte{})); err != nil {
+		if err := zc.SendMsg(e.replayMsg([]byte{}, EndSeq, []byte{})); err != nil {
 			return
 		}
 		e.log.Debug("replay served", "start_seq", start, "batches", sent)
 	}
+}
+
+// replayMsg frames one replay answer message (Config.ReplayTopicFrame).
+func (e *Engine) replayMsg(topic []byte, seq uint64, payload []byte) zmq4.Msg {
+	if e.cfg.ReplayTopicFrame {
+		return zmq4.NewMsgFrom([]byte{}, topic, seqBytes(seq), payload)
+	}
+	return zmq4.NewMsgFrom([]byte{}, seqBytes(seq), payload)
 }
 
 // snapshot returns the buffered entries with seq >= start, oldest first,

@@ -1,0 +1,45 @@
+package bridge_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kvindex/kvindex/bridge"
+)
+
+// TestGoodbyeBoundedWithKafkaAndEngineDown stops a bridge after both Kafka
+// and the engine have gone: the engine is gone, so Run tries a goodbye,
+// which cannot be delivered. Run must still return, having spent at most
+// its two flushes (FlushTimeout each), the grace period and the probes,
+// and count the goodbye as lost (issue 25: a bridge ran 92 s past a 5 s
+// flush timeout).
+func TestGoodbyeBoundedWithKafkaAndEngineDown(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.config(func(c *bridge.Config) {
+		c.GracePeriod = 2 * time.Second
+		c.FlushTimeout = 300 * time.Millisecond
+	})
+	r := e.start(cfg, true)
+	check(t, "batches", e.publish(5), e.read(5))
+	e.kafka.Cluster.Close()
+	if err := e.engine.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop() }()
+	// The bound is what Run may spend (2 × FlushTimeout + GracePeriod) and
+	// a wide margin for a loaded machine; the bug it guards against hung
+	// for minutes.
+	select {
+	case err := <-stopped:
+		if err == nil {
+			t.Error("Run returned nil; want the goodbye's produce error")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run still running 20 s after the stop, with FlushTimeout 300ms and GracePeriod 2s")
+	}
+	checkMetrics(t, cfg, map[string]float64{
+		"kvindex_bridge_shutdowns_total{outcome=engine_gone}":              1,
+		"kvindex_bridge_records_lost_total{reason=shutdown_flush_timeout}": 1,
+	})
+}

@@ -268,7 +268,7 @@ func TestMalformedKeysCounted(t *testing.T) {
 	// Through the watch: junk in several sections, a v1 block key, a bad
 	// record and a bad chunk value.
 	w.commit(junk(ks.Prefix()+"nosection/1"), junk(ks.EndpointChunksPrefix(pod1)+"hbm/0000000000000001"),
-		junk(ks.BlockKey(pod1, tier.GPU, 1)), junkValue(ks.ChunkKey(pod1, tier.GPU, 9), "\x10short"),
+		junk(ks.Prefix()+"blocks/m/p/0/gpu/0000000000000001"), junkValue(ks.ChunkKey(pod1, tier.GPU, 9), "\x10short"),
 		clientv3.OpPut(ks.EndpointKey(pod2), "{not json"), w.put(blk(pod0, tier.GPU, 2)))
 	got, _ := lookup(t, r, w, model, []uint64{1, 2}, nil)
 	if len(got) != 1 || got[0].Blocks != 2 {

@@ -2,6 +2,7 @@ package ingester
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strconv"
 	"testing"
@@ -124,7 +125,7 @@ func block(pod string, tr tier.Tier, key uint64) keyspace.Block {
 	return keyspace.Block{Endpoint: keyspace.Endpoint{Model: tokenModel, Pod: pod}, Tier: tr, Hash: key}
 }
 
-func hex16(h uint64) string { return string(keyspace.AppendEngineHash(nil, h)) }
+func hex16(h uint64) string { return fmt.Sprintf("%016x", h) }
 
 // TestTokenModeSamePromptAcrossPods: two engines hash one prompt
 // differently (an unset PYTHONHASHSEED); in token mode both pods hold the

@@ -22,21 +22,21 @@ func benchKeys(ks Keyspace) (ep Endpoint, hashes []uint64, keys []string) {
 	for i := range benchBatch {
 		h := uint64(i+1) * 0x9e3779b97f4a7c15
 		hashes = append(hashes, h)
-		keys = append(keys, ks.BlockKey(ep, tier.All[i%tier.Count], h))
+		keys = append(keys, ks.ChunkKey(ep, tier.All[i%tier.Count], h))
 	}
 	return ep, hashes, keys
 }
 
-// BenchmarkBlockKey: AppendBlockKey (the ingester's path, endpoint prefix
+// BenchmarkBlockKey: AppendChunkKey (the ingester's path, endpoint prefix
 // computed once) against fmt.Appendf of the same key (x-fmt).
 func BenchmarkBlockKey(b *testing.B) {
 	ks := Default()
 	ep, hashes, keys := benchKeys(ks)
-	prefix := ks.EndpointBlocksPrefix(ep)
+	prefix := ks.EndpointChunksPrefix(ep)
 	buf := make([]byte, 0, 256)
 	for i, h := range hashes {
 		t := tier.All[i%tier.Count]
-		if got, ref := string(AppendBlockKey(buf[:0], prefix, t, h)), string(fmt.Appendf(buf[:0], "%s%s/%016x", prefix, t, h)); got != keys[i] || ref != keys[i] {
+		if got, ref := string(AppendChunkKey(buf[:0], prefix, t, h)), string(fmt.Appendf(buf[:0], "%s%s/%016x", prefix, t, h)); got != keys[i] || ref != keys[i] {
 			b.Fatalf("keys differ: %q, reference %q, want %q", got, ref, keys[i])
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkBlockKey(b *testing.B) {
 	for b.Loop() {
 		tm.Step(benchBatch, func() {
 			for i, h := range hashes {
-				buf = AppendBlockKey(buf[:0], prefix, tier.All[i%tier.Count], h)
+				buf = AppendChunkKey(buf[:0], prefix, tier.All[i%tier.Count], h)
 				n += len(buf)
 			}
 		}, func() {
@@ -61,7 +61,7 @@ func BenchmarkBlockKey(b *testing.B) {
 	tm.Report(b, "key", "fmt")
 }
 
-// refSplit is the standard-library reference for SplitBlockKey: split on
+// refSplit is the standard-library reference for SplitChunkKey: split on
 // '/', parse the tier and the hash.
 func refSplit(key string) (string, tier.Tier, uint64, error) {
 	parts := strings.Split(key, "/")
@@ -79,13 +79,13 @@ func refSplit(key string) (string, tier.Tier, uint64, error) {
 	return strings.Join(parts[:len(parts)-2], "/") + "/", t, h, nil
 }
 
-// BenchmarkSplitBlockKey: SplitBlockKey (indexd's path for every watched
+// BenchmarkSplitChunkKey: SplitChunkKey (indexd's path for every watched
 // block key) against strings.Split + strconv of the same keys (x-split).
-func BenchmarkSplitBlockKey(b *testing.B) {
+func BenchmarkSplitChunkKey(b *testing.B) {
 	ks := Default()
 	_, hashes, keys := benchKeys(ks)
 	for i, k := range keys {
-		p1, t1, h1, err1 := ks.SplitBlockKey(k)
+		p1, t1, h1, err1 := ks.SplitChunkKey(k)
 		p2, t2, h2, err2 := refSplit(k)
 		if err1 != nil || err2 != nil || p1 != p2 || t1 != t2 || h1 != h2 || h1 != hashes[i] {
 			b.Fatalf("%q: %q %v %x %v, reference %q %v %x %v", k, p1, t1, h1, err1, p2, t2, h2, err2)
@@ -96,7 +96,7 @@ func BenchmarkSplitBlockKey(b *testing.B) {
 	for b.Loop() {
 		tm.Step(benchBatch, func() {
 			for _, k := range keys {
-				_, _, h, _ := ks.SplitBlockKey(k)
+				_, _, h, _ := ks.SplitChunkKey(k)
 				sum += h
 			}
 		}, func() {
@@ -112,47 +112,47 @@ func BenchmarkSplitBlockKey(b *testing.B) {
 	tm.Report(b, "key", "split")
 }
 
-// refParse is the standard-library reference for ParseBlockKey.
-func refParse(ks Keyspace, key string) (Block, error) {
-	rest, ok := strings.CutPrefix(key, ks.BlocksPrefix())
+// refParse is the standard-library reference for ParseChunkKey.
+func refParse(ks Keyspace, key string) (Chunk, error) {
+	rest, ok := strings.CutPrefix(key, ks.ChunksPrefix())
 	if !ok {
-		return Block{}, ErrMalformedKey
+		return Chunk{}, ErrMalformedKey
 	}
 	parts := strings.Split(rest, "/")
 	if len(parts) != 5 {
-		return Block{}, ErrMalformedKey
+		return Chunk{}, ErrMalformedKey
 	}
 	model, err := url.PathUnescape(parts[0])
 	if err != nil {
-		return Block{}, err
+		return Chunk{}, err
 	}
 	pod, err := url.PathUnescape(parts[1])
 	if err != nil {
-		return Block{}, err
+		return Chunk{}, err
 	}
 	rank, err := strconv.ParseUint(parts[2], 10, 32)
 	if err != nil {
-		return Block{}, err
+		return Chunk{}, err
 	}
 	t, ok := tier.Parse(parts[3])
 	if !ok {
-		return Block{}, ErrMalformedKey
+		return Chunk{}, ErrMalformedKey
 	}
 	h, err := strconv.ParseUint(parts[4], 16, 64)
 	if err != nil {
-		return Block{}, err
+		return Chunk{}, err
 	}
-	return Block{Endpoint: Endpoint{Model: model, Pod: pod, Rank: uint32(rank)}, Tier: t, Hash: h}, nil
+	return Chunk{Endpoint: Endpoint{Model: model, Pod: pod, Rank: uint32(rank)}, Tier: t, Seq: h}, nil
 }
 
-// BenchmarkParseBlockKey: the strict ParseBlockKey (endpoint segments
+// BenchmarkParseChunkKey: the strict ParseChunkKey (endpoint segments
 // unescaped and validated) against strings.Split, url.PathUnescape and
 // strconv (x-split).
-func BenchmarkParseBlockKey(b *testing.B) {
+func BenchmarkParseChunkKey(b *testing.B) {
 	ks := Default()
 	_, _, keys := benchKeys(ks)
 	for _, k := range keys {
-		got, err1 := ks.ParseBlockKey(k)
+		got, err1 := ks.ParseChunkKey(k)
 		ref, err2 := refParse(ks, k)
 		if err1 != nil || err2 != nil || got != ref {
 			b.Fatalf("%q: %+v %v, reference %+v %v", k, got, err1, ref, err2)
@@ -163,13 +163,13 @@ func BenchmarkParseBlockKey(b *testing.B) {
 	for b.Loop() {
 		tm.Step(benchBatch, func() {
 			for _, k := range keys {
-				blk, _ := ks.ParseBlockKey(k)
-				sum += blk.Hash
+				blk, _ := ks.ParseChunkKey(k)
+				sum += blk.Seq
 			}
 		}, func() {
 			for _, k := range keys {
 				blk, _ := refParse(ks, k)
-				sum += blk.Hash
+				sum += blk.Seq
 			}
 		})
 	}

@@ -43,7 +43,7 @@ const DefaultChunkSize = 64
 const MaxChunkEntries = 256
 
 // seqLen is the length of a chunk key's hex sequence segment.
-const seqLen = 16
+const seqLen = hashLen
 
 // ChunkEntry is one block of a chunk: Key is the hash routers look up (the
 // key hash), Engine the engine's own hash of the block (equal to Key in

@@ -5,7 +5,7 @@
 //
 // Every key lives under a configurable prefix (default "/kvindex/v2/"):
 //
-//	blocks/{model}/{pod}/{rank}/{tier}/{hash:016x}   block presence
+//	chunks/{model}/{pod}/{rank}/{tier}/{seq:016x}    up to 64 blocks (binary)
 //	endpoints/{model}/{pod}/{rank}                    EndpointRecord (JSON)
 //	owners/{topic}/{partition}                        OwnerRecord (JSON)
 //	offsets/{topic}/{partition}                       next offset (decimal)
@@ -16,12 +16,13 @@
 // "team-a%2Fvllm%200@10.0.0.5:8000" and no segment ever contains '/'.
 // Parsing is strict: a segment must be the canonical escape of its name,
 // the rank and partition canonical decimals, the tier one of gpu, cpu,
-// disk, and the hash exactly 16 lower-case hex digits; anything else is
-// ErrMalformedKey.
+// disk, and the chunk sequence exactly 16 lower-case hex digits; anything
+// else is ErrMalformedKey. A chunk value is one byte of entry width (8 or
+// 16) and then its entries (chunks.go); ParseChunkValue checks it.
 //
 // Invariant the writer keeps and the reader relies on: an endpoint's
 // endpoints/ record is written at or before the revision of any of its
-// blocks/ keys, and deleted together with or after the last of them, so a
-// reader that lists endpoints/ and then each endpoint's blocks/ range at
+// chunks/ keys, and deleted together with or after the last of them, so a
+// reader that lists endpoints/ and then each endpoint's chunks/ range at
 // one revision sees every block.
 package keyspace

@@ -22,19 +22,19 @@ func FuzzEndpointNames(f *testing.F) {
 			return
 		}
 		tr := tier.All[int(tb)%tier.Count]
-		key := ks.BlockKey(ep, tr, hash)
+		key := ks.ChunkKey(ep, tr, hash)
 		if !utf8.ValidString(key) {
 			t.Fatalf("block key %q is not UTF-8", key)
 		}
-		if n := strings.Count(key[len(ks.BlocksPrefix()):], "/"); n != 4 {
+		if n := strings.Count(key[len(ks.ChunksPrefix()):], "/"); n != 4 {
 			t.Fatalf("block key %q has %d separators after the section, want 4", key, n)
 		}
-		got, err := ks.ParseBlockKey(key)
+		got, err := ks.ParseChunkKey(key)
 		if err != nil {
-			t.Fatalf("ParseBlockKey(%q): %v", key, err)
+			t.Fatalf("ParseChunkKey(%q): %v", key, err)
 		}
-		if got != (Block{Endpoint: ep, Tier: tr, Hash: hash}) {
-			t.Fatalf("ParseBlockKey(%q) = %+v", key, got)
+		if got != (Chunk{Endpoint: ep, Tier: tr, Seq: hash}) {
+			t.Fatalf("ParseChunkKey(%q) = %+v", key, got)
 		}
 		if gotEp, err := ks.ParseEndpointKey(ks.EndpointKey(ep)); err != nil || gotEp != ep {
 			t.Fatalf("ParseEndpointKey = %+v, %v", gotEp, err)
@@ -46,15 +46,15 @@ func FuzzEndpointNames(f *testing.F) {
 // whatever parses must encode back to exactly the same key.
 func FuzzParseKey(f *testing.F) {
 	ks := Default()
-	f.Add(ks.BlockKey(Endpoint{Model: "m", Pod: "a b"}, tier.CPU, 42))
+	f.Add(ks.ChunkKey(Endpoint{Model: "m", Pod: "a b"}, tier.CPU, 42))
 	f.Add(ks.EndpointKey(Endpoint{Model: "m/x", Pod: "p", Rank: 2}))
 	f.Add(ks.OffsetKey(Partition{Topic: "t", Partition: 1}))
 	f.Add(ks.OwnerKey(Partition{Topic: "t", Partition: 1}))
 	f.Add(ks.IngesterKey("i"))
-	f.Add("/kvindex/v2/blocks/%6D/p/0/gpu/0000000000000001")
+	f.Add("/kvindex/v2/chunks/%6D/p/0/gpu/0000000000000001")
 	f.Fuzz(func(t *testing.T, key string) {
-		if b, err := ks.ParseBlockKey(key); err == nil {
-			if again := ks.BlockKey(b.Endpoint, b.Tier, b.Hash); again != key {
+		if b, err := ks.ParseChunkKey(key); err == nil {
+			if again := ks.ChunkKey(b.Endpoint, b.Tier, b.Seq); again != key {
 				t.Fatalf("block key %q parsed to %+v which encodes to %q", key, b, again)
 			}
 		}

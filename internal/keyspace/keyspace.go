@@ -46,7 +46,9 @@ func (k Keyspace) Prefix() string { return k.prefix }
 type Kind uint8
 
 // The key kinds. KindUnknown is a key under the prefix that belongs to no
-// section, or a key outside the prefix.
+// section, or a key outside the prefix. KindBlock is v1's one key per
+// block: nothing writes or reads it any more, and readers that meet one
+// under their prefix report an unmigrated keyspace (kvindex migrate).
 const (
 	KindUnknown Kind = iota
 	KindBlock

@@ -15,10 +15,10 @@ import (
 func TestDesignWorkedExample(t *testing.T) {
 	ks := Default()
 	ep := Endpoint{Model: "meta-llama/Llama-3.1-8B-Instruct", Pod: "team-a/vllm 0@10.0.0.5:8000", Rank: 0}
-	got := ks.BlockKey(ep, tier.GPU, 0x7b05ab3397532bcc)
-	want := "/kvindex/v2/blocks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"
+	got := ks.ChunkKey(ep, tier.GPU, 0x7b05ab3397532bcc)
+	want := "/kvindex/v2/chunks/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0/gpu/7b05ab3397532bcc"
 	if got != want {
-		t.Fatalf("BlockKey:\n got %s\nwant %s", got, want)
+		t.Fatalf("ChunkKey:\n got %s\nwant %s", got, want)
 	}
 	if got, want := ks.EndpointKey(ep), "/kvindex/v2/endpoints/meta-llama%2FLlama-3.1-8B-Instruct/team-a%2Fvllm%200@10.0.0.5:8000/0"; got != want {
 		t.Fatalf("EndpointKey:\n got %s\nwant %s", got, want)
@@ -42,23 +42,23 @@ func TestKeysRoundTrip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			key := ks.BlockKey(tc.ep, tc.tier, tc.hash)
-			got, err := ks.ParseBlockKey(key)
+			key := ks.ChunkKey(tc.ep, tc.tier, tc.hash)
+			got, err := ks.ParseChunkKey(key)
 			if err != nil {
-				t.Fatalf("ParseBlockKey(%q): %v", key, err)
+				t.Fatalf("ParseChunkKey(%q): %v", key, err)
 			}
-			if diff := cmp.Diff(Block{Endpoint: tc.ep, Tier: tc.tier, Hash: tc.hash}, got); diff != "" {
+			if diff := cmp.Diff(Chunk{Endpoint: tc.ep, Tier: tc.tier, Seq: tc.hash}, got); diff != "" {
 				t.Fatalf("block key round trip (-want +got):\n%s", diff)
 			}
-			prefix, tr, h, err := ks.SplitBlockKey(key)
-			if err != nil || prefix != ks.EndpointBlocksPrefix(tc.ep) || tr != tc.tier || h != tc.hash {
-				t.Fatalf("SplitBlockKey(%q) = %q, %v, %x, %v", key, prefix, tr, h, err)
+			prefix, tr, h, err := ks.SplitChunkKey(key)
+			if err != nil || prefix != ks.EndpointChunksPrefix(tc.ep) || tr != tc.tier || h != tc.hash {
+				t.Fatalf("SplitChunkKey(%q) = %q, %v, %x, %v", key, prefix, tr, h, err)
 			}
-			if !strings.HasPrefix(key, ks.TierBlocksPrefix(tc.ep, tc.tier)) || !strings.HasPrefix(key, ks.ModelBlocksPrefix(tc.ep.Model)) {
+			if !strings.HasPrefix(key, ks.TierChunksPrefix(tc.ep, tc.tier)) || !strings.HasPrefix(key, ks.ModelChunksPrefix(tc.ep.Model)) {
 				t.Fatalf("key %q is not under its tier and model prefixes", key)
 			}
-			if ep, err := ks.ParseEndpointBlocksPrefix(prefix); err != nil || ep != tc.ep {
-				t.Fatalf("ParseEndpointBlocksPrefix(%q) = %v, %v", prefix, ep, err)
+			if ep, err := ks.ParseEndpointChunksPrefix(prefix); err != nil || ep != tc.ep {
+				t.Fatalf("ParseEndpointChunksPrefix(%q) = %v, %v", prefix, ep, err)
 			}
 			ekey := ks.EndpointKey(tc.ep)
 			if ep, err := ks.ParseEndpointKey(ekey); err != nil || ep != tc.ep {
@@ -67,7 +67,7 @@ func TestKeysRoundTrip(t *testing.T) {
 			if !strings.HasPrefix(ekey, ks.ModelEndpointsPrefix(tc.ep.Model)) {
 				t.Fatalf("endpoint key %q is not under its model prefix", ekey)
 			}
-			if ks.KindOf(key) != KindBlock || ks.KindOf(ekey) != KindEndpoint {
+			if ks.KindOf(key) != KindChunk || ks.KindOf(ekey) != KindEndpoint {
 				t.Fatalf("KindOf: %v %v", ks.KindOf(key), ks.KindOf(ekey))
 			}
 		})
@@ -105,32 +105,32 @@ func TestPartitionKeysRoundTrip(t *testing.T) {
 func TestParseRejectsMalformedKeys(t *testing.T) {
 	ks := Default()
 	block := []string{
-		"/other/blocks/m/p/0/gpu/0000000000000001",
-		"/kvindex/v2/blocks/m/p/0/gpu/000000000000001",   // 15 digits
-		"/kvindex/v2/blocks/m/p/0/gpu/000000000000000G",  // not hex
-		"/kvindex/v2/blocks/m/p/0/gpu/00000000000000AB",  // upper case
-		"/kvindex/v2/blocks/m/p/0/hbm/0000000000000001",  // unknown tier
-		"/kvindex/v2/blocks/m/p/01/gpu/0000000000000001", // leading zero
-		"/kvindex/v2/blocks/m/p/-1/gpu/0000000000000001",
-		"/kvindex/v2/blocks/m/p/4294967296/gpu/0000000000000001", // rank overflow
-		"/kvindex/v2/blocks/m/0/gpu/0000000000000001",            // missing pod
-		"/kvindex/v2/blocks/m/a/b/0/gpu/0000000000000001",        // extra segment
-		"/kvindex/v2/blocks/m//0/gpu/0000000000000001",           // empty pod
-		"/kvindex/v2/blocks/%6D/p/0/gpu/0000000000000001",        // non-canonical escape of "m"
-		"/kvindex/v2/blocks/m/p%zz/0/gpu/0000000000000001",       // bad escape
-		"/kvindex/v2/blocks/m/%FF/0/gpu/0000000000000001",        // not UTF-8
+		"/other/chunks/m/p/0/gpu/0000000000000001",
+		"/kvindex/v2/chunks/m/p/0/gpu/000000000000001",   // 15 digits
+		"/kvindex/v2/chunks/m/p/0/gpu/000000000000000G",  // not hex
+		"/kvindex/v2/chunks/m/p/0/gpu/00000000000000AB",  // upper case
+		"/kvindex/v2/chunks/m/p/0/hbm/0000000000000001",  // unknown tier
+		"/kvindex/v2/chunks/m/p/01/gpu/0000000000000001", // leading zero
+		"/kvindex/v2/chunks/m/p/-1/gpu/0000000000000001",
+		"/kvindex/v2/chunks/m/p/4294967296/gpu/0000000000000001", // rank overflow
+		"/kvindex/v2/chunks/m/0/gpu/0000000000000001",            // missing pod
+		"/kvindex/v2/chunks/m/a/b/0/gpu/0000000000000001",        // extra segment
+		"/kvindex/v2/chunks/m//0/gpu/0000000000000001",           // empty pod
+		"/kvindex/v2/chunks/%6D/p/0/gpu/0000000000000001",        // non-canonical escape of "m"
+		"/kvindex/v2/chunks/m/p%zz/0/gpu/0000000000000001",       // bad escape
+		"/kvindex/v2/chunks/m/%FF/0/gpu/0000000000000001",        // not UTF-8
 		"/kvindex/v2/endpoints/m/p/0",
 	}
 	for _, key := range block {
-		if _, err := ks.ParseBlockKey(key); !errors.Is(err, ErrMalformedKey) {
-			t.Errorf("ParseBlockKey(%q) error = %v, want ErrMalformedKey", key, err)
+		if _, err := ks.ParseChunkKey(key); !errors.Is(err, ErrMalformedKey) {
+			t.Errorf("ParseChunkKey(%q) error = %v, want ErrMalformedKey", key, err)
 		}
 	}
 	endpoint := []string{
 		"/kvindex/v2/endpoints/m/p",
 		"/kvindex/v2/endpoints/m/p/0/x",
 		"/kvindex/v2/endpoints/m/p/x",
-		"/kvindex/v2/blocks/m/p/0",
+		"/kvindex/v2/chunks/m/p/0",
 	}
 	for _, key := range endpoint {
 		if _, err := ks.ParseEndpointKey(key); !errors.Is(err, ErrMalformedKey) {
@@ -183,7 +183,7 @@ func TestNewRejectsBadPrefix(t *testing.T) {
 
 func TestRangeEnd(t *testing.T) {
 	tests := map[string]string{
-		"/kvindex/v2/blocks/": "/kvindex/v2/blocks0",
+		"/kvindex/v2/chunks/": "/kvindex/v2/chunks0",
 		"a\xff":               "b",
 		"\xff\xff":            "\x00",
 	}

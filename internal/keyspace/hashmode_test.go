@@ -1,44 +1,10 @@
 package keyspace
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 )
-
-func TestEngineHashRoundTrip(t *testing.T) {
-	for _, h := range []uint64{0, 1, 0xdeadbeef, 0x0123456789abcdef, ^uint64(0)} {
-		v := AppendEngineHash(nil, h)
-		if len(v) != EngineHashLen {
-			t.Fatalf("AppendEngineHash(%#x) = %q, want %d bytes", h, v, EngineHashLen)
-		}
-		got, err := ParseEngineHash(v)
-		if err != nil || got != h {
-			t.Fatalf("ParseEngineHash(%q) = %#x, %v; want %#x", v, got, err, h)
-		}
-	}
-	if got := string(AppendEngineHash([]byte("x"), 0xab)); got != "x00000000000000ab" {
-		t.Errorf("AppendEngineHash appends %q, want x00000000000000ab", got)
-	}
-}
-
-func TestParseEngineHashRejects(t *testing.T) {
-	for name, v := range map[string]string{
-		"empty":     "",
-		"short":     "00000000000000a",
-		"long":      "00000000000000aaa",
-		"uppercase": "00000000000000AB",
-		"not_hex":   "00000000000000zz",
-		"signed":    "-000000000000001",
-	} {
-		t.Run(name, func(t *testing.T) {
-			if _, err := ParseEngineHash([]byte(v)); !errors.Is(err, ErrMalformedValue) {
-				t.Errorf("ParseEngineHash(%q) = %v, want ErrMalformedValue", v, err)
-			}
-		})
-	}
-}
 
 func TestParseHashMode(t *testing.T) {
 	tests := []struct {

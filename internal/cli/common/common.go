@@ -19,7 +19,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdcreds "go.etcd.io/etcd/client/v3/credentials"
+	"google.golang.org/grpc"
 
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -60,6 +63,10 @@ type Etcd struct {
 	// then takes the user from the client certificate's common name, if
 	// it runs with --client-cert-auth).
 	Username, PasswordFile string
+	// Watch, when set, hears of every TLS handshake to etcd, so a failing
+	// one is logged at ERROR, counted and reported by /readyz
+	// (internal/authwatch). Set by the role before Client.
+	Watch *authwatch.Watch
 }
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
@@ -169,7 +176,14 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 	if err != nil {
 		return nil, err
 	}
+	var dialOpts []grpc.DialOption
+	if tlsCfg != nil && e.Watch != nil {
+		// Given after clientv3's own credentials, these replace them: the
+		// same TLS credentials, wrapped to report handshake failures.
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(e.Watch.EtcdCredentials(etcdcreds.NewTransportCredential(tlsCfg))))
+	}
 	cli, err := clientv3.New(clientv3.Config{
+		DialOptions:          dialOpts,
 		TLS:                  tlsCfg,
 		Endpoints:            e.Endpoints,
 		Username:             e.Username,

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/indexd"
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
 )
@@ -58,12 +59,14 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 				return fmt.Errorf("--etcd-prefix: %w", err)
 			}
 			ctx := cmd.Context()
+			reg := common.NewRegistry()
+			watch := authwatch.New(reg, log.With("component", "auth"))
+			etcdFlags.Watch = watch
 			cli, err := etcdFlags.Client(ctx, log)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
 			if cfg.TLS, err = tlsFlags.Config(log.With("component", "indexd-tls")); err != nil {
 				return err
@@ -82,7 +85,12 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 			if err != nil {
 				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
 			}
-			opsSrv, err := ops.Server(reg, srv.Ready)
+			opsSrv, err := ops.Server(reg, func() error {
+				if err := watch.Err(); err != nil {
+					return err
+				}
+				return srv.Ready()
+			})
 			if err != nil {
 				return err
 			}

@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -61,18 +63,34 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	// Port 0 everywhere: the addresses are read back from the replica's
+	// "indexd starting" line, so no picked port can be taken before the
+	// replica binds it.
 	args = setArg(args, "--etcd-endpoints", px.Endpoint())
-	args = setArg(args, "--listen", grpcAddr)
-	args = setArg(args, "--metrics-listen", opsAddr)
-	args = setArg(args, "--log-level", "error")
+	args = setArg(args, "--listen", "127.0.0.1:0")
+	args = setArg(args, "--health-listen", "127.0.0.1:0")
+	args = setArg(args, "--metrics-listen", "127.0.0.1:0")
+	args = setArg(args, "--log-level", "info")
+	args = setArg(args, "--log-format", "json")
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	logs := newStartLine()
 	go func() {
 		root := cli.NewRoot()
 		root.SetArgs(args)
+		root.SetErr(logs)
 		done <- root.ExecuteContext(runCtx)
 	}()
+	var grpcAddr, opsAddr string
+	select {
+	case line := <-logs.started:
+		grpcAddr, opsAddr = line.GRPC, line.Metrics
+	case err := <-done:
+		done <- err // for the cleanup's shutdown
+		t.Fatalf("kvindex indexd: %v", err)
+	case <-ctx.Done():
+		t.Fatal("kvindex indexd never logged its addresses")
+	}
 	stopped := false
 	shutdown := func() error {
 		if stopped {
@@ -317,4 +335,39 @@ func scrapeCounter(ctx context.Context, url, name, label, value string) (float64
 		}
 	}
 	return 0, nil
+}
+
+// startLine is a log sink that hands over the addresses of the first
+// "indexd starting" line (JSON lines).
+type startLine struct {
+	mu      sync.Mutex
+	buf     []byte
+	started chan startAddrs
+	sent    bool
+}
+
+type startAddrs struct {
+	Msg     string `json:"msg"`
+	GRPC    string `json:"grpc"`
+	Metrics string `json:"metrics"`
+}
+
+func newStartLine() *startLine { return &startLine{started: make(chan startAddrs, 1)} }
+
+func (s *startLine) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = append(s.buf, p...)
+	for {
+		i := bytes.IndexByte(s.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		var a startAddrs
+		if !s.sent && json.Unmarshal(s.buf[:i], &a) == nil && a.Msg == "indexd starting" {
+			s.sent = true
+			s.started <- a
+		}
+		s.buf = s.buf[i+1:]
+	}
 }

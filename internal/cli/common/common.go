@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -43,7 +44,13 @@ func (l *Logging) Register(fs *pflag.FlagSet) {
 
 // Logger builds the logger the flags describe, writing to stderr.
 func (l *Logging) Logger() (*slog.Logger, error) {
-	return logging.New(os.Stderr, l.Level, logging.Format(l.Format))
+	return l.LoggerTo(os.Stderr)
+}
+
+// LoggerTo builds the logger the flags describe, writing to w (a
+// command's ErrOrStderr, so an in-process caller can read the lines).
+func (l *Logging) LoggerTo(w io.Writer) (*slog.Logger, error) {
+	return logging.New(w, l.Level, logging.Format(l.Format))
 }
 
 // Etcd holds the flags that locate kvindex's data in etcd.

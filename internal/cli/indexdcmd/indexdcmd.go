@@ -50,7 +50,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
 				return err
 			}
-			log, err := logFlags.Logger()
+			log, err := logFlags.LoggerTo(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}

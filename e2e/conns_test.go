@@ -192,4 +192,3 @@ func TestIdleConnectionFlood(t *testing.T) {
 		t.Fatalf("indexd ran out of file descriptors:\n%s", s)
 	}
 }
-

@@ -49,7 +49,7 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 	ks := keyspace.Default()
 	ep := keyspace.Endpoint{Model: "qwen3-8b", Pod: "192.0.2.10:8000"}
 	hashes := []uint64{0x1111, 0x2222, 0x3333}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	rec, err := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeEngine, LastRecord: time.Now().UTC(), Topic: "kvindex-events"}).Marshal()
 	if err != nil {
@@ -255,7 +255,7 @@ func (l *healthLog) snapshot() []healthpb.HealthCheckResponse_ServingStatus {
 // waitFor waits until the stream has delivered status.
 func (l *healthLog) waitFor(t *testing.T, status healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(testutil.Timeout(30 * time.Second))
 	for !slices.Contains(l.snapshot(), status) {
 		select {
 		case <-l.changed:

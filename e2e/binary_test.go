@@ -55,7 +55,7 @@ func kvindexBin(t *testing.T) string {
 // exit code.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(3*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvindexBin(t), args...)
 	var stdout, stderr bytes.Buffer
@@ -201,7 +201,7 @@ func startStandalone(t *testing.T, dataDir string) *standalone {
 func (s *standalone) waitLine(t *testing.T, prefix string) []string {
 	t.Helper()
 	var seen []string
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(testutil.Timeout(2 * time.Minute))
 	for {
 		select {
 		case l, ok := <-s.lines:

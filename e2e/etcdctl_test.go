@@ -25,7 +25,7 @@ import (
 // endpoint.
 func etcdctl(t *testing.T, endpoint string, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", append([]string{"tool", "etcdctl", "--endpoints", endpoint}, args...)...)
 	cmd.Dir = testutil.RepoRoot(t)
@@ -161,7 +161,7 @@ func runScenario(t *testing.T, st *stack.Stack, file string) {
 	}
 	defer prod.Close()
 	idx := newClient(t, st.GRPCAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	res, err := replay.Run(ctx, replay.Target{Producer: prod, Topic: st.Topic(), Index: idx}, s)
 	if err != nil || len(res.Mismatches) > 0 {

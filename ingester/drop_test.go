@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestDropOfLongKeysFitsTheReceiveLimit clears 10,000 blocks of an
@@ -34,7 +35,7 @@ func TestDropOfLongKeysFitsTheReceiveLimit(t *testing.T) {
 	}
 	pod := "team-a/" + strings.Repeat("p", 200)
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(90*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-long-drop", "/kvindex/long-drop/")
 	r := start(t, cfg)

@@ -34,7 +34,7 @@ func podHashes(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace) 
 // partition's endpoints, which may be stale, and restarts at the log start;
 // it is counted.
 func TestOffsetOutOfRange(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
 	defer cancel()
 
 	t.Run("past_log_end", func(t *testing.T) {

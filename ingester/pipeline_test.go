@@ -16,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -66,7 +67,7 @@ func TestWindowTransactionsInFlight(t *testing.T) {
 		t.Run(fmt.Sprintf("in_flight_%d", inFlight), func(t *testing.T) {
 			topic := fmt.Sprintf("inflight-%d", inFlight)
 			e := newEnv(t, 1, []string{topic})
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 			defer cancel()
 
 			slow := &slowTxns{delay: 10 * time.Millisecond}

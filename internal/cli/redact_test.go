@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // Every address flag of every role refuses an address with user
@@ -50,7 +51,7 @@ func TestAddressFlagsNeverShowCredentials(t *testing.T) {
 					root.SetOut(&out)
 					root.SetErr(&out)
 					root.SetArgs(append(append([]string{role.cmd}, role.extra...), flag, form.addr))
-					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 					defer cancel()
 					err := root.ExecuteContext(ctx)
 					if err == nil {

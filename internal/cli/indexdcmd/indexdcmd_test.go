@@ -28,7 +28,7 @@ func TestIndexdCommandServes(t *testing.T) {
 	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", grpcAddr, "--metrics-listen", opsAddr,
 		"--max-hashes", "16", "--log-level", "warn"})
 	cmd.SetErr(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -110,7 +110,7 @@ func TestIndexdCommandNamesListenOnBusyPort(t *testing.T) {
 		"--metrics-listen", testutil.FreeAddr(t), "--log-level", "warn"})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	err = cmd.ExecuteContext(ctx)
 	if err == nil || !strings.Contains(err.Error(), "(--listen)") || !strings.Contains(err.Error(), busy.Addr().String()) {

@@ -21,7 +21,7 @@ import (
 // by the same kind of consumer. ratio = bridge time / reference time (1.0:
 // the bridge adds nothing).
 func BenchmarkThroughput(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(5*time.Minute))
 	defer cancel()
 	w := enginesim.NewWorkload(11, enginesim.WorkloadConfig{})
 	payloads := make([][]byte, b.N)

@@ -52,7 +52,7 @@ type env struct {
 
 func newEnv(t *testing.T, mod func(*enginesim.Config)) *env {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	t.Cleanup(cancel)
 	cfg := enginesim.DefaultConfig()
 	if mod != nil {

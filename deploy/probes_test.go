@@ -1,7 +1,9 @@
 package deploy
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -47,7 +49,7 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 	ks := keyspace.Default()
 	ep := keyspace.Endpoint{Model: "qwen3-8b", Pod: "192.0.2.10:8000"}
 	hashes := []uint64{0x1111, 0x2222, 0x3333}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	rec, err := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeEngine, LastRecord: time.Now().UTC(), Topic: "kvindex-events"}).Marshal()
 	if err != nil {
@@ -63,18 +65,34 @@ func TestIndexdProbesThroughEtcdOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	// Port 0 everywhere: the addresses are read back from the replica's
+	// "indexd starting" line, so no picked port can be taken before the
+	// replica binds it.
 	args = setArg(args, "--etcd-endpoints", px.Endpoint())
-	args = setArg(args, "--listen", grpcAddr)
-	args = setArg(args, "--metrics-listen", opsAddr)
-	args = setArg(args, "--log-level", "error")
+	args = setArg(args, "--listen", "127.0.0.1:0")
+	args = setArg(args, "--health-listen", "127.0.0.1:0")
+	args = setArg(args, "--metrics-listen", "127.0.0.1:0")
+	args = setArg(args, "--log-level", "info")
+	args = setArg(args, "--log-format", "json")
 	runCtx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	logs := newStartLine()
 	go func() {
 		root := cli.NewRoot()
 		root.SetArgs(args)
+		root.SetErr(logs)
 		done <- root.ExecuteContext(runCtx)
 	}()
+	var grpcAddr, opsAddr string
+	select {
+	case line := <-logs.started:
+		grpcAddr, opsAddr = line.GRPC, line.Metrics
+	case err := <-done:
+		done <- err // for the cleanup's shutdown
+		t.Fatalf("kvindex indexd: %v", err)
+	case <-ctx.Done():
+		t.Fatal("kvindex indexd never logged its addresses")
+	}
 	stopped := false
 	shutdown := func() error {
 		if stopped {
@@ -239,7 +257,7 @@ func (l *healthLog) snapshot() []healthpb.HealthCheckResponse_ServingStatus {
 // waitFor waits until the stream has delivered status.
 func (l *healthLog) waitFor(t *testing.T, status healthpb.HealthCheckResponse_ServingStatus) {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(testutil.Timeout(30 * time.Second))
 	for !slices.Contains(l.snapshot(), status) {
 		select {
 		case <-l.changed:
@@ -319,4 +337,39 @@ func scrapeCounter(ctx context.Context, url, name, label, value string) (float64
 		}
 	}
 	return 0, nil
+}
+
+// startLine is a log sink that hands over the addresses of the first
+// "indexd starting" line (JSON lines).
+type startLine struct {
+	mu      sync.Mutex
+	buf     []byte
+	started chan startAddrs
+	sent    bool
+}
+
+type startAddrs struct {
+	Msg     string `json:"msg"`
+	GRPC    string `json:"grpc"`
+	Metrics string `json:"metrics"`
+}
+
+func newStartLine() *startLine { return &startLine{started: make(chan startAddrs, 1)} }
+
+func (s *startLine) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.buf = append(s.buf, p...)
+	for {
+		i := bytes.IndexByte(s.buf, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		var a startAddrs
+		if !s.sent && json.Unmarshal(s.buf[:i], &a) == nil && a.Msg == "indexd starting" {
+			s.sent = true
+			s.started <- a
+		}
+		s.buf = s.buf[i+1:]
+	}
 }

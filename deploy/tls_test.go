@@ -275,7 +275,7 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	// dial connects the way the roles do (common.Etcd) and writes and reads
 	// a key.
 	dial := func(e common.Etcd) error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(10*time.Second))
 		defer cancel()
 		e.Endpoints = []string{client.String()}
 		e.Prefix = "/kvindex/v2/"
@@ -337,7 +337,7 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	})
 	t.Run("plaintext", func(t *testing.T) {
 		e := common.Etcd{DialTimeout: time.Second, Endpoints: []string{"http://" + client.Host}}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Second))
 		defer cancel()
 		cli, err := e.Client(ctx, logging.Discard())
 		if err == nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -54,7 +55,7 @@ func kvindexBin(t *testing.T) string {
 // exit code.
 func run(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(3*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, kvindexBin(t), args...)
 	var stdout, stderr bytes.Buffer
@@ -89,12 +90,25 @@ func fixture(t *testing.T, name string) string {
 // TestReplayBinary is the issue's acceptance command: `kvindex replay` over
 // every fixture on fresh embedded stacks exits 0; a doctored expectation
 // exits 1 and says what was expected and what came back.
+// TestReplayBinary replays every bundled scenario through the binary, one
+// subtest per file, run in parallel (each `kvindex replay FILE` starts a
+// stack of its own), so no single test replays them all in a row.
 func TestReplayBinary(t *testing.T) {
-	out, errOut, code := run(t, append([]string{"replay"}, fixtures(t)...)...)
-	if code != 0 || strings.Count(out, "PASS ") != len(fixtures(t)) {
-		t.Fatalf("replay exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	for _, f := range fixtures(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(f), ".jsonl"), func(t *testing.T) {
+			t.Parallel()
+			out, errOut, code := run(t, "replay", f)
+			if code != 0 || strings.Count(out, "PASS ") != 1 {
+				t.Fatalf("replay exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+			}
+		})
 	}
+}
 
+// TestReplayBinaryFails: a scenario whose expectation does not hold exits
+// 1 and prints expected against actual; a bad flag combination exits 2.
+func TestReplayBinaryFails(t *testing.T) {
+	t.Parallel()
 	src, err := os.ReadFile(fixture(t, "p01_shared_prefix.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -107,11 +121,11 @@ func TestReplayBinary(t *testing.T) {
 	if err := os.WriteFile(doctored, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, _, code = run(t, "replay", doctored)
+	out, _, code := run(t, "replay", doctored)
 	if code != 1 || !strings.Contains(out, "FAIL ") || !strings.Contains(out, "expected:") || !strings.Contains(out, "expected 3 blocks, got 4") {
 		t.Fatalf("doctored replay exit %d, output:\n%s", code, out)
 	}
-	_, errOut, code = run(t, "replay", "--index", "127.0.0.1:1", doctored)
+	_, errOut, code := run(t, "replay", "--index", "127.0.0.1:1", doctored)
 	if code != 2 || !strings.Contains(errOut, "--brokers and --index go together") {
 		t.Fatalf("--index without --brokers: exit %d, stderr %q", code, errOut)
 	}
@@ -145,13 +159,14 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-func startStandalone(t *testing.T, dataDir string, s *standalone) *standalone {
+func startStandalone(t *testing.T, dataDir string) *standalone {
 	t.Helper()
-	if s == nil {
-		s = &standalone{etcd: testutil.FreeAddr(t), kafka: testutil.FreeAddr(t), grpc: testutil.FreeAddr(t), metrs: testutil.FreeAddr(t)}
-	}
+	// Every port is the kernel's pick (port 0), read back from what
+	// standalone prints (waitLine), so no port picked here can be taken
+	// before standalone binds it.
+	s := &standalone{}
 	s.cmd = exec.Command(kvindexBin(t), "standalone", "--data-dir", dataDir,
-		"--etcd-listen", s.etcd, "--kafka-listen", s.kafka, "--listen", s.grpc, "--metrics-listen", s.metrs)
+		"--etcd-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	stdout, err := s.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +201,7 @@ func startStandalone(t *testing.T, dataDir string, s *standalone) *standalone {
 func (s *standalone) waitLine(t *testing.T, prefix string) []string {
 	t.Helper()
 	var seen []string
-	timeout := time.After(2 * time.Minute)
+	timeout := time.After(testutil.Timeout(2 * time.Minute))
 	for {
 		select {
 		case l, ok := <-s.lines:
@@ -194,12 +209,32 @@ func (s *standalone) waitLine(t *testing.T, prefix string) []string {
 				t.Fatalf("standalone exited before %q; stdout %q; stderr:\n%s", prefix, seen, s.stderr)
 			}
 			seen = append(seen, l)
+			s.noteAddr(l)
 			if strings.HasPrefix(l, prefix) {
 				return seen
 			}
 		case <-timeout:
 			t.Fatalf("no %q from standalone; stdout %q; stderr:\n%s", prefix, seen, s.stderr)
 		}
+	}
+}
+
+// noteAddr records the address a stdout line of standalone gives.
+func (s *standalone) noteAddr(l string) {
+	field := func(prefix string) string {
+		v, _ := strings.CutPrefix(l, prefix)
+		v, _, _ = strings.Cut(v, " ")
+		return v
+	}
+	switch {
+	case strings.HasPrefix(l, "kafka: "):
+		s.kafka = field("kafka: ")
+	case strings.HasPrefix(l, "grpc: "):
+		s.grpc = field("grpc: ")
+	case strings.HasPrefix(l, "etcd: http://"):
+		s.etcd = field("etcd: http://")
+	case strings.HasPrefix(l, "metrics: http://"):
+		s.metrs = strings.TrimSuffix(field("metrics: http://"), "/metrics")
 	}
 }
 
@@ -247,11 +282,11 @@ func lookup(t *testing.T, grpc string, args ...string) lookupJSON {
 // keeps its etcd data and Kafka log across a restart.
 func TestStandaloneBinary(t *testing.T) {
 	dataDir := t.TempDir()
-	s := startStandalone(t, dataDir, nil)
+	s := startStandalone(t, dataDir)
 	lines := s.waitLine(t, "ready")
-	for _, want := range []string{"kafka: " + s.kafka, "grpc: " + s.grpc, "etcd: http://" + s.etcd, "metrics: http://" + s.metrs + "/metrics"} {
-		if !slicesHasPrefix(lines, want) {
-			t.Fatalf("standalone stdout %q lacks %q", lines, want)
+	for _, addr := range []string{s.kafka, s.grpc, s.etcd, s.metrs} {
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
+			t.Fatalf("standalone stdout %q: an address is missing or unbound (%q)", lines, addr)
 		}
 	}
 
@@ -287,15 +322,15 @@ func TestStandaloneBinary(t *testing.T) {
 	}
 
 	// A second standalone on the same ports must say which flag to change.
-	_, errOut, code = run(t, "standalone", "--data-dir", t.TempDir(), "--etcd-listen", s.etcd, "--kafka-listen", testutil.FreeAddr(t), "--listen", testutil.FreeAddr(t), "--metrics-listen", testutil.FreeAddr(t))
+	_, errOut, code = run(t, "standalone", "--data-dir", t.TempDir(), "--etcd-listen", s.etcd, "--kafka-listen", "127.0.0.1:0", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0")
 	if code == 0 || !strings.Contains(errOut, "--etcd-listen") || !strings.Contains(errOut, s.etcd) {
 		t.Fatalf("standalone on a busy etcd port: exit %d, stderr %q", code, errOut)
 	}
 
 	s.interrupt(t)
 
-	// Same data dir, same ports: the index and the Kafka log are back.
-	again := startStandalone(t, dataDir, &standalone{etcd: s.etcd, kafka: s.kafka, grpc: s.grpc, metrs: s.metrs})
+	// Same data dir (new ports): the index and the Kafka log are back.
+	again := startStandalone(t, dataDir)
 	again.waitLine(t, "ready")
 	after := lookup(t, again.grpc, append([]string{"--model", model}, tokens...)...)
 	if !reflect.DeepEqual(after.Endpoints, before.Endpoints) {

@@ -42,7 +42,7 @@ import (
 
 // bridgeCtx bounds one (sub)test's waits.
 func bridgeCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(45*time.Second))
 	t.Cleanup(cancel)
 	return ctx
 }

@@ -53,7 +53,7 @@ func servingIndexd(t *testing.T, cli *clientv3.Client) string {
 	// The first list reads every endpoint written before the call; 12,000
 	// of them (6 MB) under the race detector on a shared 2-core machine
 	// can take minutes.
-	wctx, wcancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	wctx, wcancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer wcancel()
 	stream, err := healthpb.NewHealthClient(conn).Watch(wctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -82,7 +82,7 @@ func TestListEndpointsManyLongNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(3*time.Minute))
 	defer cancel()
 	var (
 		want     []client.EndpointInfo

@@ -184,7 +184,7 @@ func TestOutageThroughPipeline(t *testing.T) {
 		t.Skip("waits out twice the liveness window, twice")
 	}
 	t.Run("kafka_down", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 		defer cancel()
 		p := newPipeline(t, 2)
 		var down atomic.Bool
@@ -208,7 +208,7 @@ func TestOutageThroughPipeline(t *testing.T) {
 		f.afterOutage(t, ctx, c, time.Now())
 	})
 	t.Run("whole_stack_down", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 		defer cancel()
 		cfg := stack.Config{
 			DataDir: t.TempDir(), EtcdAddr: testutil.FreeAddr(t), KafkaAddr: testutil.FreeAddr(t), GRPCAddr: testutil.FreeAddr(t),

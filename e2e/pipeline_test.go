@@ -172,7 +172,7 @@ func (p *pipeline) produce(recs []refmodel.Record) ingesttest.Offsets {
 		r.Time = now
 		out[i] = r
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	return ingesttest.Produce(p.t, ctx, p.prod, topic, out)
 }
@@ -216,7 +216,7 @@ func queries(m *refmodel.Model) map[string][][]uint64 {
 // block counts of every endpoint.
 func checkAgainstModel(t *testing.T, c *client.Client, m *refmodel.Model, offs ingesttest.Offsets, label string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	n := 0
 	for model, qs := range queries(m) {
@@ -356,7 +356,7 @@ func TestCompactionWhileIndexdDisconnected(t *testing.T) {
 		model.Apply(r)
 	}
 	offs.Merge(p.produce(recs[half:]))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	ingesttest.WaitApplied(t, ctx, p.etcd.Client, p.ks, topic, offs)
 	resp, err := p.etcd.Client.Get(ctx, "compact-me")

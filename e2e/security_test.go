@@ -47,7 +47,7 @@ const (
 // before auth is on.
 func setUpEtcdAuth(t *testing.T, root *clientv3.Client, prefix, ingesterPassword string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	must := func(_ any, err error) {
 		t.Helper()
@@ -122,7 +122,7 @@ func TestSecuredPipeline(t *testing.T) {
 
 	// etcd: TLS with client certificates required, then RBAC.
 	etcdPair := ca.Issue(t, "etcd", "127.0.0.1")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	srv, err := etcdembed.Start(ctx, etcdembed.Config{
 		DataDir: filepath.Join(dir, "etcd"), ClientAddr: "127.0.0.1:0", UnsafeNoFsync: true,

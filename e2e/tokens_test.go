@@ -13,6 +13,7 @@ import (
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // tokenBatch is a vLLM KVEventBatch (array form) of one BlockStored per
@@ -78,7 +79,7 @@ func TestTokenLookupThroughPipeline(t *testing.T) {
 			[]any{[]any{"img-a", int64(4)}}, // block 1, tokens [16,32): the image, 4 tokens in
 		})),
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	offs := ingesttest.ProduceKafka(t, ctx, p.prod, recs)
 

@@ -68,6 +68,47 @@ const (
 	// DefaultMaxInFlightBlocks bounds the blocks of the Lookups being
 	// answered at once, server-wide: 64 Lookups of DefaultMaxHashes.
 	DefaultMaxInFlightBlocks = 64 * DefaultMaxHashes
+	// DefaultMaxStaleness is the progress age past which /readyz fails
+	// and the kvindex.v1.IndexService health status turns NOT_SERVING:
+	// the ingesters' default liveness window (30 s), past which an
+	// answer may name endpoints that are gone (docs/DESIGN.md,
+	// "Staleness").
+	DefaultMaxStaleness = 30 * time.Second
+)
+
+// Defaults of the connection limits (docs/limits.md, "Connections").
+const (
+	// DefaultMaxConnections bounds the API port's open connections: a
+	// router holds one or a few, so a fleet of hundreds of routers fits,
+	// and well below the 1024 file descriptors of the smallest usual
+	// limit. Past it, new connections wait in the kernel's accept queue.
+	DefaultMaxConnections = 512
+	// DefaultHealthMaxConnections bounds the health port's: kubelet opens
+	// one per probe and closes it.
+	DefaultHealthMaxConnections = 32
+	// DefaultHandshakeTimeout bounds a new connection's TLS handshake and
+	// HTTP/2 preface (gRPC's ConnectionTimeout, 120 s by default).
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConnectionIdle closes a connection that carried no call
+	// for this long (GOAWAY; a client reconnects on its next call).
+	DefaultMaxConnectionIdle = time.Minute
+	// DefaultMaxConnectionAge closes every connection after this long, so
+	// clients spread again over replicas that came up since (GOAWAY, then
+	// MaxConnectionAgeGrace for the calls in flight).
+	DefaultMaxConnectionAge = 30 * time.Minute
+	// DefaultMaxConnectionAgeGrace is how long calls in flight (health
+	// Watch streams included) may run on a connection closed for its age.
+	DefaultMaxConnectionAgeGrace = time.Minute
+	// DefaultKeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings that the server tolerates; a client pinging more
+	// often is sent GOAWAY (too_many_pings). Pings without calls are
+	// allowed.
+	DefaultKeepaliveMinTime = 10 * time.Second
+	// DefaultKeepaliveTime is how long a connection may be silent before
+	// the server pings it; DefaultKeepaliveTimeout how long it waits for
+	// the ack before closing it (a peer that vanished without a FIN).
+	DefaultKeepaliveTime    = 30 * time.Second
+	DefaultKeepaliveTimeout = 10 * time.Second
 )
 
 // Config configures a Server. Build one with DefaultConfig and set Etcd
@@ -96,9 +137,11 @@ type Config struct {
 	// ClientAuth requires a verified certificate makes it mutual TLS).
 	// Default nil: plaintext. It never applies to the health port.
 	TLS *tls.Config
-	// DisableReflection leaves gRPC server reflection off the API port.
-	// Default false: reflection is served, so grpcurl needs no .proto.
-	DisableReflection bool
+	// Reflection serves gRPC server reflection on the API port, so
+	// grpcurl needs no .proto. Default false: off, since it describes the
+	// API to any client that can connect (docs/security.md); `kvindex
+	// standalone`, the developer's stack, turns it on.
+	Reflection bool
 	// HealthListener, when set, is a second port serving only the gRPC
 	// health service (grpc.health.v1), always in plaintext: kubelet's
 	// gRPC probe speaks no TLS. New takes ownership and Run closes it.
@@ -186,13 +229,45 @@ type Config struct {
 	// is always exported as kvindex_indexd_progress_age_seconds. Default
 	// 5 s; must be positive.
 	StaleLogAfter time.Duration
-	// MaxStaleness, when positive, makes Ready (/readyz) fail once the last
-	// progress is older than it; gRPC health stays SERVING and Lookups
-	// still answer from the last state, with their progress_time. Default
-	// 0: off. During an etcd outage every replica goes stale at once, and
-	// a Service with no ready replica answers nobody; turn it on only when
-	// a stale answer is worse than none.
+	// MaxStaleness, when positive, makes Ready (/readyz) fail and the
+	// kvindex.v1.IndexService health status NOT_SERVING once the last
+	// progress is older than it; the overall ("") health status stays
+	// SERVING (liveness), and Lookups still answer from the last state,
+	// with their progress_time. Default DefaultMaxStaleness (30 s); 0
+	// turns it off (docs/DESIGN.md, "Staleness", says why it is on).
 	MaxStaleness time.Duration
+
+	// MaxConnections bounds the open connections of the API port; past
+	// it, Accept waits for one to close (new clients wait in the kernel's
+	// accept queue), so connections cannot take every file descriptor.
+	// Default DefaultMaxConnections (512); at least 1.
+	MaxConnections int
+	// HealthMaxConnections bounds the health port's open connections the
+	// same way. Default DefaultHealthMaxConnections (32); at least 1.
+	HealthMaxConnections int
+	// HandshakeTimeout bounds a new connection's TLS handshake and HTTP/2
+	// preface on both ports (grpc.ConnectionTimeout): a connection that
+	// sends nothing is closed after it. Default 10 s; must be positive.
+	HandshakeTimeout time.Duration
+	// MaxConnectionIdle closes a connection with no call in flight for
+	// this long (keepalive.ServerParameters). Default 1 min; must be
+	// positive.
+	MaxConnectionIdle time.Duration
+	// MaxConnectionAge closes every connection after this long (with a
+	// random ±10 % jitter, grpc-go's), and MaxConnectionAgeGrace is how
+	// long its calls in flight may still run. Defaults 30 min and 1 min;
+	// both must be positive.
+	MaxConnectionAge, MaxConnectionAgeGrace time.Duration
+	// KeepaliveMinTime is the shortest ping interval a client may use
+	// (keepalive.EnforcementPolicy, pings without calls permitted); a
+	// client pinging more often gets GOAWAY. Default 10 s; must be
+	// positive.
+	KeepaliveMinTime time.Duration
+	// KeepaliveTime and KeepaliveTimeout: after KeepaliveTime without
+	// activity the server pings the client and closes the connection if
+	// no ack comes within KeepaliveTimeout. Defaults 30 s and 10 s; both
+	// must be positive.
+	KeepaliveTime, KeepaliveTimeout time.Duration
 	// MaxInFlightBlocks bounds the work of the Lookups being answered at
 	// once, across all connections, counted in blocks: a hash Lookup costs
 	// len(block_hashes) (at least 1). A Lookup that would take the total
@@ -233,6 +308,17 @@ func DefaultConfig() Config {
 		ProgressInterval:  DefaultProgressInterval,
 		StaleLogAfter:     DefaultStaleLogAfter,
 		MaxInFlightBlocks: DefaultMaxInFlightBlocks,
+		MaxStaleness:      DefaultMaxStaleness,
+
+		MaxConnections:        DefaultMaxConnections,
+		HealthMaxConnections:  DefaultHealthMaxConnections,
+		HandshakeTimeout:      DefaultHandshakeTimeout,
+		MaxConnectionIdle:     DefaultMaxConnectionIdle,
+		MaxConnectionAge:      DefaultMaxConnectionAge,
+		MaxConnectionAgeGrace: DefaultMaxConnectionAgeGrace,
+		KeepaliveMinTime:      DefaultKeepaliveMinTime,
+		KeepaliveTime:         DefaultKeepaliveTime,
+		KeepaliveTimeout:      DefaultKeepaliveTimeout,
 
 		MaxConcurrentStreams: DefaultMaxConcurrentStreams,
 		ListPageSize:         DefaultListPageSize,
@@ -288,6 +374,15 @@ func (c Config) Validate() error {
 		{"ProgressInterval", int64(c.ProgressInterval)},
 		{"StaleLogAfter", int64(c.StaleLogAfter)},
 		{"MaxInFlightBlocks", int64(c.MaxInFlightBlocks)},
+		{"MaxConnections", int64(c.MaxConnections)},
+		{"HealthMaxConnections", int64(c.HealthMaxConnections)},
+		{"HandshakeTimeout", int64(c.HandshakeTimeout)},
+		{"MaxConnectionIdle", int64(c.MaxConnectionIdle)},
+		{"MaxConnectionAge", int64(c.MaxConnectionAge)},
+		{"MaxConnectionAgeGrace", int64(c.MaxConnectionAgeGrace)},
+		{"KeepaliveMinTime", int64(c.KeepaliveMinTime)},
+		{"KeepaliveTime", int64(c.KeepaliveTime)},
+		{"KeepaliveTimeout", int64(c.KeepaliveTimeout)},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%w: %s is %d: want a positive value", ErrInvalidConfig, f.name, f.v)

@@ -2,6 +2,7 @@ package indexd
 
 import (
 	"context"
+	"time"
 
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -32,3 +33,50 @@ type watchStream struct {
 }
 
 func (w *watchStream) Context() context.Context { return w.ctx }
+
+// watchStaleness keeps the kvindex.v1.IndexService health status in step
+// with the replica's staleness until ctx ends: NOT_SERVING while the last
+// progress from etcd is older than MaxStaleness, SERVING again once it is
+// not (checked every ProgressInterval). The overall "" status is left
+// alone: it is liveness, SERVING from the first list on, so a probe of it
+// never restarts a replica for an etcd outage. With MaxStaleness 0 it
+// returns at once.
+func (s *Server) watchStaleness(ctx context.Context) {
+	if s.cfg.MaxStaleness <= 0 {
+		return
+	}
+	t := s.cfg.Clock.NewTicker(s.cfg.ProgressInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.Chan():
+		}
+		s.updateServing()
+	}
+}
+
+// updateServing sets the kvindex.v1.IndexService health status from
+// readiness and staleness, logging a change.
+func (s *Server) updateServing() {
+	s.healthMu.Lock()
+	defer s.healthMu.Unlock()
+	if !s.ready.Load() {
+		return
+	}
+	age := s.refl.progressAge()
+	stale := s.cfg.MaxStaleness > 0 && age > s.cfg.MaxStaleness
+	if stale == s.staleHealth {
+		return
+	}
+	s.staleHealth = stale
+	if stale {
+		s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
+		s.cfg.Logger.Warn("health: "+serviceName+" NOT_SERVING: no progress from etcd for longer than --max-staleness (Lookups still answer from the last state)",
+			"age", age.Round(time.Millisecond), "max_staleness", s.cfg.MaxStaleness)
+		return
+	}
+	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+	s.cfg.Logger.Info("health: " + serviceName + " SERVING again: progress from etcd resumed")
+}

@@ -34,8 +34,9 @@ var (
 	testPods   = []string{"vllm-0", "team-a/vllm 1@10.0.0.5:8000", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11"}
 )
 
-// testTimeout bounds every wait of these tests.
-const testTimeout = 30 * time.Second
+// testTimeout bounds every wait of these tests (scaled by
+// KVINDEX_TEST_TIMEOUT_SCALE, testutil.Timeout).
+var testTimeout = testutil.Timeout(30 * time.Second)
 
 // replica is a running indexd Server with a gRPC client to it.
 type replica struct {

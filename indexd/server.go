@@ -28,7 +28,7 @@ import (
 
 // Server is an indexd replica: the reflector that keeps the index in step
 // with etcd, and the gRPC server (kvindex.v1.IndexService, the gRPC health
-// service, reflection unless Config.DisableReflection) that answers from
+// service, reflection with Config.Reflection) that answers from
 // it, over TLS when Config.TLS is set. With a health port
 // (Config.HealthListenAddr) a second, plaintext gRPC server answers
 // grpc.health.v1 only, with the same statuses.
@@ -57,6 +57,10 @@ type Server struct {
 	ready        atomic.Bool
 	pool         sync.Pool // *index.Scratch
 	ran          atomic.Bool
+	// healthMu orders the kvindex.v1.IndexService status changes;
+	// staleHealth is whether staleness has set it NOT_SERVING.
+	healthMu    sync.Mutex
+	staleHealth bool
 
 	// waiters counts the Lookups holding a barrier slot (acquireWaiter).
 	waiters atomic.Int64
@@ -93,6 +97,10 @@ func New(cfg Config) (*Server, error) {
 			return nil, fmt.Errorf("indexd: listening on %s (health): %w", cfg.HealthListenAddr, err)
 		}
 	}
+	lis = limitListener(lis, cfg.MaxConnections)
+	if healthLis != nil {
+		healthLis = limitListener(healthLis, cfg.HealthMaxConnections)
+	}
 	s := &Server{cfg: cfg, lis: lis, healthLis: healthLis, health: health.NewServer(), bcst: newBroadcaster()}
 	s.stopping, s.stopHealthFn = context.WithCancel(context.Background())
 	s.pool.New = func() any { return new(index.Scratch) }
@@ -101,11 +109,11 @@ func New(cfg Config) (*Server, error) {
 	s.refl.m = s.m
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	opts := []grpc.ServerOption{
+	opts := append(connOptions(cfg),
 		grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
 		grpc.ForceServerCodecV2(newDeferredCodec()),
-	}
+	)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
 	}
@@ -114,13 +122,13 @@ func New(cfg Config) (*Server, error) {
 	s.grpc.RegisterService(&desc, s)
 	hs := &healthService{Server: s.health, stopping: s.stopping}
 	healthpb.RegisterHealthServer(s.grpc, hs)
-	if !cfg.DisableReflection {
+	if cfg.Reflection {
 		reflection.Register(s.grpc)
 	}
 	if healthLis != nil {
 		// Only health on this port: it is plaintext and reachable by the
 		// kubelet, so it must not answer Lookup or describe the API.
-		s.healthGRPC = grpc.NewServer(grpc.MaxRecvMsgSize(healthRequestLimit), grpc.MaxConcurrentStreams(healthMaxStreams))
+		s.healthGRPC = grpc.NewServer(append(connOptions(cfg), grpc.MaxRecvMsgSize(healthRequestLimit), grpc.MaxConcurrentStreams(healthMaxStreams))...)
 		healthpb.RegisterHealthServer(s.healthGRPC, hs)
 	}
 	return s, nil
@@ -164,10 +172,13 @@ func (s *Server) Ready() error {
 }
 
 func (s *Server) setReady() {
+	s.healthMu.Lock()
 	s.ready.Store(true)
 	s.m.ready.Set(1)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_SERVING)
+	s.staleHealth = false
+	s.healthMu.Unlock()
 	s.cfg.Logger.Info("indexd ready", "addr", s.Addr().String(), "revision", s.refl.current().Revision())
 }
 
@@ -196,6 +207,10 @@ func (s *Server) Run(ctx context.Context) error {
 	g.Go(func() error { return s.refl.run(gctx) })
 	g.Go(func() error {
 		s.refl.monitor(gctx)
+		return nil
+	})
+	g.Go(func() error {
+		s.watchStaleness(gctx)
 		return nil
 	})
 	g.Go(func() error {

@@ -333,7 +333,7 @@ func TestListEndpoints(t *testing.T) {
 
 func TestReflectionListsTheService(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	r := startReplica(t, e.Client)
+	r := startReplica(t, e.Client, func(c *Config) { c.Reflection = true })
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(ctx)

@@ -9,6 +9,7 @@ import (
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/testutil"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
@@ -78,8 +79,9 @@ func TestProgressTimeAdvancesWhileIdle(t *testing.T) {
 
 // During an etcd outage the replica keeps answering from its last state,
 // and says how stale it is: progress_time freezes, the age metric grows,
-// a warning is counted, /readyz (Ready) fails past MaxStaleness while gRPC
-// health stays SERVING; once etcd is back, all of it recovers.
+// a warning is counted, /readyz (Ready) fails past MaxStaleness and so
+// does the kvindex.v1.IndexService health status, while the overall ("")
+// status, liveness, stays SERVING; once etcd is back, all of it recovers.
 func TestStaleDuringEtcdOutage(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
@@ -106,9 +108,16 @@ func TestStaleDuringEtcdOutage(t *testing.T) {
 	// Still answers from the last state (the reference is unchanged).
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
-	if err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
-		t.Fatalf("health during the outage = %v, %v; want SERVING", h, err)
+	checkHealth := func(when, service string, want healthpb.HealthCheckResponse_ServingStatus) {
+		t.Helper()
+		waitFor(t, when+": health of "+service+" "+want.String(), func() bool {
+			h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: service})
+			return err == nil && h.Status == want
+		})
+	}
+	checkHealth("during the outage", serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
+	if h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("overall health during the outage = %v, %v; want SERVING (liveness)", h, err)
 	}
 	if age := gathered(t, r, "kvindex_indexd_progress_age_seconds"); age < 0.4 {
 		t.Fatalf("progress age metric %v s, want at least 0.4", age)
@@ -117,6 +126,7 @@ func TestStaleDuringEtcdOutage(t *testing.T) {
 
 	px.Restore(testutil.HostPort(e.Endpoints[0]))
 	waitFor(t, "Ready after etcd is back", func() bool { return r.srv.Ready() == nil })
+	checkHealth("after the outage", serviceName, healthpb.HealthCheckResponse_SERVING)
 	if p := progressOf(t, r); !p.After(frozen) {
 		t.Fatalf("progress_time %v did not move past %v after the outage", p, frozen)
 	}
@@ -128,13 +138,14 @@ func TestStaleDuringEtcdOutage(t *testing.T) {
 	r.stop()
 }
 
-// With MaxStaleness off (the default), a stale replica stays ready.
+// With MaxStaleness off (0), a stale replica stays ready and SERVING.
 func TestMaxStalenessOffKeepsReady(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
 	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
 		c.ProgressInterval = 20 * time.Millisecond
 		c.StaleLogAfter = 100 * time.Millisecond
+		c.MaxStaleness = 0
 	})
 	r.waitServing(t)
 	px.Cut()
@@ -142,6 +153,70 @@ func TestMaxStalenessOffKeepsReady(t *testing.T) {
 	if err := r.srv.Ready(); err != nil {
 		t.Fatalf("Ready() = %v with MaxStaleness off", err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	if h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName}); err != nil || h.Status != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health with MaxStaleness off = %v, %v; want SERVING", h, err)
+	}
 	px.Restore(testutil.HostPort(e.Endpoints[0]))
 	r.stop()
+}
+
+// The default MaxStaleness makes staleness visible out of the box.
+func TestMaxStalenessOnByDefault(t *testing.T) {
+	if got := DefaultConfig().MaxStaleness; got <= 0 {
+		t.Fatalf("DefaultConfig().MaxStaleness = %v, want a positive default (staleness visible in /readyz and health)", got)
+	}
+}
+
+// A stale replica, NOT_SERVING for kvindex.v1.IndexService, still answers
+// Lookups, so the client's WithStaleAfter search (which does not use
+// gRPC health) keeps working: with one replica cut off from etcd and one
+// current, every answer is the current one; with both cut off, Lookups
+// still answer.
+func TestStaleReplicaStillAnswersClientSearch(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	fast := func(c *Config) {
+		c.ProgressInterval = 20 * time.Millisecond
+		c.StaleLogAfter = 100 * time.Millisecond
+		c.MaxStaleness = 200 * time.Millisecond
+	}
+	stale := startReplica(t, ownClient(t, []string{px.Endpoint()}), fast)
+	fresh := startReplica(t, e.Client, fast)
+	stale.waitServing(t)
+	fresh.waitServing(t)
+	px.Cut()
+	waitFor(t, "the cut-off replica to go stale", func() bool { return errors.Is(stale.srv.Ready(), ErrStale) })
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	waitFor(t, "the cut-off replica's "+serviceName+" NOT_SERVING", func() bool {
+		h, err := stale.health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
+		return err == nil && h.Status == healthpb.HealthCheckResponse_NOT_SERVING
+	})
+	c, err := client.New(stale.srv.Addr().String()+","+fresh.srv.Addr().String(), client.WithStaleAfter(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range 10 {
+		res, err := c.Lookup(ctx, "m", []uint64{1})
+		if err != nil {
+			t.Fatalf("Lookup %d: %v", i, err)
+		}
+		if age := time.Since(res.ProgressTime); age > time.Second {
+			t.Fatalf("Lookup %d: answer %v old; want the current replica's", i, age)
+		}
+	}
+	// Both stale: Lookups still answer, from the last state.
+	fresh.stop()
+	only, err := client.New(stale.srv.Addr().String(), client.WithStaleAfter(150*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer only.Close()
+	if _, err := only.Lookup(ctx, "m", []uint64{1}); err != nil {
+		t.Fatalf("Lookup on a stale replica: %v; want an answer from the last state", err)
+	}
+	px.Restore(testutil.HostPort(e.Endpoints[0]))
 }

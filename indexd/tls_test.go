@@ -160,18 +160,38 @@ func TestMutualTLS(t *testing.T) {
 	})
 }
 
-func TestReflectionCanBeTurnedOff(t *testing.T) {
+// Reflection is off by default (it describes the API to any client that
+// connects) and served with Config.Reflection.
+func TestReflectionOffByDefault(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	r := startReplica(t, e.Client, func(c *Config) { c.DisableReflection = true })
-	r.waitServing(t)
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	defer cancel()
-	stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(ctx)
-	if err == nil {
-		_, err = stream.Recv()
-	}
-	if status.Code(err) != codes.Unimplemented {
-		t.Fatalf("reflection with DisableReflection: %v, want Unimplemented", err)
+	for _, tc := range []struct {
+		name string
+		on   bool
+		want codes.Code
+	}{
+		{name: "default_off", want: codes.Unimplemented},
+		{name: "on", on: true, want: codes.OK},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := startReplica(t, e.Client, func(c *Config) {
+				if tc.on {
+					c.Reflection = true
+				}
+			})
+			r.waitServing(t)
+			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+			defer cancel()
+			stream, err := reflectionpb.NewServerReflectionClient(r.conn).ServerReflectionInfo(ctx)
+			if err == nil {
+				err = stream.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+			}
+			if err == nil {
+				_, err = stream.Recv()
+			}
+			if status.Code(err) != tc.want {
+				t.Fatalf("reflection (Reflection=%v): %v, want %v", tc.on, err, tc.want)
+			}
+		})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // readCounter is a gRPC interceptor that counts the keys etcd range reads
@@ -60,7 +61,7 @@ func (c *readCounter) read() (int, map[string]int) {
 func TestClaimCostsItsPartition(t *testing.T) {
 	const topic, others = "claim", 300
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-claim", "/kvindex/claim/")
 	ks := cfg.Keyspace

@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // perPartitionModel applies recs to one reference model per partition
@@ -73,7 +74,7 @@ func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	}()
 	topic := "crash-" + string(mode)
 	e := newEnv(t, 2, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 80*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(80*time.Second))
 	defer cancel()
 
 	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 1000, Pods: 6, Ranks: 2, MaxHashesPerEvent: 24, TailFirst: true})

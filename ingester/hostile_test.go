@@ -43,7 +43,7 @@ func (l *lockedBuffer) String() string {
 func TestHostileRecords(t *testing.T) {
 	const topic = "hostile"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-hostile", "/kvindex/hostile/")
 	reg := prometheus.NewRegistry()
@@ -131,7 +131,7 @@ func TestHostileRecords(t *testing.T) {
 func TestTransactionTooLargeForEtcdStopsLoudly(t *testing.T) {
 	const topic = "toobig"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxRequestBytes(32<<10))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-toobig", "/kvindex/toobig/")
 	cfg.MaxTxnOps = 1024 // and MaxTxnBytes 1 MiB: etcd takes 32 KiB

@@ -20,7 +20,7 @@ import (
 func TestLagGrowsWhileWorkerRetries(t *testing.T) {
 	const topic = "lag"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	px := testutil.StartProxy(t, testutil.HostPort(e.etcd.Endpoints[0]))
 	cli, err := testutil.NewEtcdClient([]string{px.Endpoint()})

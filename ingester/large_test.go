@@ -41,7 +41,7 @@ func chain(n int, seed uint64) []uint64 {
 func TestLargeEvents(t *testing.T) {
 	const topic = "large"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(128))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-large", "/kvindex/large/")
 	cfg.MaxTxnOps = 128

@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -53,7 +54,7 @@ func shortLeases(cfg *Config) {
 func TestLivenessExpiry(t *testing.T) {
 	const topic = "live"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
 	defer cancel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	cfg := e.config(t, topic, "g-live", "/kvindex/live/")
@@ -142,7 +143,7 @@ func outlives(t *testing.T, ctx context.Context, cli *clientv3.Client, r *runnin
 func TestLeasesSurviveRestartAndRebalance(t *testing.T) {
 	const topic = "keep"
 	e := newEnv(t, 2, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-keep", "/kvindex/keep/")
 	shortLeases(&cfg)
@@ -204,7 +205,7 @@ func TestLeasesSurviveRestartAndRebalance(t *testing.T) {
 func TestReplayNeverRevives(t *testing.T) {
 	const topic = "revive"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
 	defer cancel()
 	t0 := time.Now().Add(-time.Hour)
 	recs := []refmodel.Record{store(t, "dead", t0, 1, 2), heartbeat("dead", t0.Add(time.Second))}
@@ -263,7 +264,7 @@ func TestReplayNeverRevives(t *testing.T) {
 func TestExpiredLeaseRegranted(t *testing.T) {
 	const topic = "regrant"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-regrant", "/kvindex/regrant/")
 	r := start(t, cfg)
@@ -304,7 +305,7 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 func TestLeaseRecountsBounded(t *testing.T) {
 	const topic = "recount"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-recount", "/kvindex/recount/")
 	cfg.KeysPerLease = 50

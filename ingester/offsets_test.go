@@ -2,17 +2,21 @@ package ingester
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -30,7 +34,7 @@ func podHashes(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace) 
 // partition's endpoints, which may be stale, and restarts at the log start;
 // it is counted.
 func TestOffsetOutOfRange(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
 	defer cancel()
 
 	t.Run("past_log_end", func(t *testing.T) {
@@ -102,12 +106,22 @@ func TestOffsetOutOfRange(t *testing.T) {
 // TestOffsetOutOfRangeWhileConsuming: retention passing the fetch position
 // of a running ingester (OffsetOutOfRange while consuming) drops the
 // partition's endpoints and restarts at the new log start.
+//
+// Pausing the partition does not stop a fetch already waiting at the
+// broker: records produced after the pause answer it, franz-go keeps them
+// buffered while the partition is paused, and hands them over on resume,
+// records retention has since deleted included (they were read before
+// the delete). So the test waits, after pausing, for the fetch in flight
+// to come back (a short FetchMaxWait makes it come back at once) before
+// it produces what retention then deletes; every later fetch leaves the
+// paused partition out.
 func TestOffsetOutOfRangeWhileConsuming(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testutil.Context(t, 30*time.Second)
 	const topic = "retention"
 	e := newEnv(t, 1, []string{topic})
 	cfg := e.config(t, topic, "g-retention", "/kvindex/retention/")
+	fetches := &fetchReads{}
+	cfg.KafkaOptions = append(cfg.KafkaOptions, kgo.FetchMaxWait(100*time.Millisecond), kgo.WithHooks(fetches))
 	r := start(t, cfg)
 	now := time.Now()
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
@@ -116,6 +130,7 @@ func TestOffsetOutOfRangeWhileConsuming(t *testing.T) {
 	// Stop fetching, let records arrive and retention delete them all,
 	// then fetch again from the old position.
 	r.in.cl.PauseFetchPartitions(map[string][]int32{topic: {0}})
+	fetches.waitNext(t, fetches.reads.Load())
 	end := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "a", now, 2), store(t, "b", now, 3)})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: end[0] + 1})
@@ -130,5 +145,27 @@ func TestOffsetOutOfRangeWhileConsuming(t *testing.T) {
 	}
 	if n := promtest.ToFloat64(r.in.m.offsetResets); n != 1 {
 		t.Errorf("offset resets = %v, want 1", n)
+	}
+}
+
+// fetchReads counts the Fetch responses a client reads (a franz-go
+// HookBrokerRead).
+type fetchReads struct{ reads atomic.Int64 }
+
+func (f *fetchReads) OnBrokerRead(_ kgo.BrokerMetadata, key int16, _ int, _, _ time.Duration, err error) {
+	if key == kmsg.Fetch.Int16() && err == nil {
+		f.reads.Add(1)
+	}
+}
+
+// waitNext waits until a Fetch response past the first seen ones has
+// been read, or, when no fetch was in flight (none comes back), for
+// a few FetchMaxWaits: either way no fetch built before the caller's
+// pause is still out.
+func (f *fetchReads) waitNext(t *testing.T, seen int64) {
+	t.Helper()
+	deadline := time.Now().Add(testutil.Timeout(2 * time.Second))
+	for f.reads.Load() <= seen && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestOutageAgesNobody (DESIGN semantics 8, v1.1), on a fake clock with
@@ -22,7 +23,7 @@ import (
 func TestOutageAgesNobody(t *testing.T) {
 	const topic = "outage"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	cfg := e.config(t, topic, "g-outage", "/kvindex/outage/")
@@ -90,7 +91,7 @@ func TestOutageAgesNobody(t *testing.T) {
 func TestClaimAfterSilenceGivesGrace(t *testing.T) {
 	const topic = "claim-silence"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	clock := clockwork.NewFakeClockAt(time.Now())
 	cfg := e.config(t, topic, "g-claim-silence", "/kvindex/claim-silence/")

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestStalledPartitionDoesNotHoldUpOthers: while one partition's worker
@@ -21,7 +22,7 @@ import (
 func TestStalledPartitionDoesNotHoldUpOthers(t *testing.T) {
 	const topic = "stall"
 	e := newEnv(t, 2, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-stall", "/kvindex/stall/")
 	var stalled atomic.Int32
@@ -65,7 +66,7 @@ func TestStalledPartitionDoesNotHoldUpOthers(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // a fetch or so each, as at a steady rate
 	}
 	other := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, pods[1], now, 1000)})
-	waitCtx, stop := context.WithTimeout(ctx, 15*time.Second)
+	waitCtx, stop := context.WithTimeout(ctx, testutil.Timeout(15*time.Second))
 	err := ingesttest.Applied(waitCtx, e.etcd.Client, cfg.Keyspace, topic, other)
 	stop()
 	if err != nil {
@@ -90,7 +91,7 @@ func TestStalledPartitionDoesNotHoldUpOthers(t *testing.T) {
 func TestFullQueuePausesPartition(t *testing.T) {
 	const topic = "full"
 	e := newEnv(t, 2, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-full", "/kvindex/full/")
 	cfg.QueueBytes = 64 << 10
@@ -141,7 +142,7 @@ func TestFullQueuePausesPartition(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	other := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, pods[1], now, 1000)})
-	waitCtx, stop := context.WithTimeout(ctx, 15*time.Second)
+	waitCtx, stop := context.WithTimeout(ctx, testutil.Timeout(15*time.Second))
 	err := ingesttest.Applied(waitCtx, e.etcd.Client, cfg.Keyspace, topic, other)
 	stop()
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestRebalance: two ingesters share a group; one leaves mid-stream and
@@ -24,7 +25,7 @@ func TestRebalance(t *testing.T) {
 	t.Logf("seed %d", seed)
 	const topic = "rebalance"
 	e := newEnv(t, 4, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 900, Pods: 8, Ranks: 2, MaxHashesPerEvent: 16, Start: time.Now(), TailFirst: true})
 	model := refmodel.New(refmodel.Config{})
@@ -86,7 +87,7 @@ func TestRebalance(t *testing.T) {
 func TestZombieFenced(t *testing.T) {
 	const topic = "zombie"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-zombie", "/kvindex/zombie/")
 	r := start(t, cfg)

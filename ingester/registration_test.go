@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestCleanStopRevokesRegistration: after a clean stop, ingesters/{ID} is
@@ -22,7 +23,7 @@ import (
 func TestCleanStopRevokesRegistration(t *testing.T) {
 	const topic = "register"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	core, logs := observer.New(zap.WarnLevel)
 	cli, err := clientv3.New(clientv3.Config{
@@ -82,7 +83,7 @@ func TestCleanStopRevokesRegistration(t *testing.T) {
 func TestRegistrationSurvivesLeaseLoss(t *testing.T) {
 	const topic = "reregister"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-reregister", "/kvindex/reregister/")
 	shortLeases(&cfg)

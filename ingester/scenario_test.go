@@ -36,7 +36,7 @@ func TestScenarios(t *testing.T) {
 	e := newEnv(t, 2, topics)
 	for i, sc := range scs {
 		t.Run(sc.Name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 			defer cancel()
 			topic := topics[i]
 			cfg := e.config(t, topic, "g-"+sc.Name, fmt.Sprintf("/kvindex/scenario-%d/", i))

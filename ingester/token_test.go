@@ -19,6 +19,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -132,7 +133,7 @@ func hex16(h uint64) string { return fmt.Sprintf("%016x", h) }
 // same canonical keys, each valued with the pod's own engine hash, and the
 // records say token mode.
 func TestTokenModeSamePromptAcrossPods(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 2, []string{"tok-pods"})
 	tr := startToken(t, e, "tok-pods", "/kvindex/tok-pods/", nil)
@@ -163,7 +164,7 @@ func TestTokenModeSamePromptAcrossPods(t *testing.T) {
 // skipped and counted, removals of unknown hashes are no-ops, and a clear
 // forgets every entry.
 func TestTokenModeLifetime(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-life"})
 	tr := startToken(t, e, "tok-life", "/kvindex/tok-life/", nil)
@@ -227,7 +228,7 @@ func TestTokenModeLifetime(t *testing.T) {
 // event has extra_keys, else its LoRA name; keys match what a router
 // computes for the same request with client.TokenKeys.
 func TestTokenModeExtras(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-extra"})
 	tr := startToken(t, e, "tok-extra", "/kvindex/tok-extra/", nil)
@@ -263,7 +264,7 @@ func TestTokenModeExtras(t *testing.T) {
 // values before it applies anything, so removals and placeholders of
 // blocks stored under the previous owner reach their keys.
 func TestTokenModeRebuildOnClaim(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-claim"})
 	// Pages of 4 KiB hold a few dozen blocks: the rebuild pages.
@@ -310,7 +311,7 @@ func TestTokenModeRebuildOnClaim(t *testing.T) {
 // two chunks, a second key of one engine hash) instead of leaving them
 // unreachable.
 func TestRebuildPagesAtOneRevision(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-rb"})
 	ks, err := keyspace.New("/kvindex/tok-rb/")
@@ -411,7 +412,7 @@ func chunkKeys(c *chunk) []uint64 {
 // mode, claimed by a token-mode ingester, loses its blocks and gets its
 // record rewritten in token mode before any of its records apply.
 func TestHashModeChangeDropsAndRewrites(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	const topic = "tok-mode"
 	e := newEnv(t, 1, []string{topic})
@@ -459,7 +460,7 @@ func TestHashModeChangeDropsAndRewrites(t *testing.T) {
 // most entries is dropped as by resync (its record kept), never an entry
 // forgotten while its block stays.
 func TestMapCapDropsLargestEndpoint(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-cap"})
 	tr := startToken(t, e, "tok-cap", "/kvindex/tok-cap/", func(c *Config) { c.MaxMapEntries = 5 })
@@ -493,7 +494,7 @@ func TestMapCapDropsLargestEndpoint(t *testing.T) {
 // keeps the others; the switch from provisional group 0 to an attention
 // group drops the endpoint's blocks and its whole map.
 func TestTokenModeTierClearAndGroupChange(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-tier"})
 	tr := startToken(t, e, "tok-tier", "/kvindex/tok-tier/", nil)
@@ -532,7 +533,7 @@ func TestTokenModeTierClearAndGroupChange(t *testing.T) {
 // offset made, and it marks those leftovers to be written back; when that
 // revision is compacted it falls back to the newest one.
 func TestRebuildAtStoredOffset(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-off"})
 	ks, err := keyspace.New("/kvindex/tok-off/")

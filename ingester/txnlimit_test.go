@@ -40,7 +40,7 @@ func TestEtcdTxnLimit(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("etcd_%d_want_%d", tt.etcd, tt.want), func(t *testing.T) {
 			e := testutil.StartEtcd(t, testutil.WithMaxTxnOps(tt.etcd))
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 			defer cancel()
 			before, err := e.Client.Get(ctx, "x")
 			if err != nil {
@@ -74,7 +74,7 @@ func TestEtcdTxnLimit(t *testing.T) {
 func TestIngesterSizesTxnsToEtcd(t *testing.T) {
 	const topic = "txnlimit"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(32))
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-"+topic, "/kvindex/"+topic+"/")
 	reg := prometheus.NewRegistry()

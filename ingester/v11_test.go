@@ -15,6 +15,7 @@ import (
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -28,7 +29,7 @@ import (
 func TestV11StateAcrossRestarts(t *testing.T) {
 	const topic, model = "v11", "m"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(90*time.Second))
 	defer cancel()
 	base := e.config(t, topic, "g-v11", "/kvindex/v11/")
 	ks := base.Keyspace

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/cli/benchcmd"
 	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
+	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
 	"github.com/kvindex/kvindex/internal/cli/inspectcmd"
@@ -32,9 +33,17 @@ Start everything in one process with 'kvindex standalone'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
+		// Before any subcommand runs: no address flag may carry
+		// credentials (common.AddressFlags), so none reaches an error or
+		// a log line unredacted.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return common.CheckAddressFlags(cmd.Flags())
+		},
 	}
 	for _, add := range subcommands {
-		root.AddCommand(add())
+		sub := add()
+		common.RedactFlagDefaults(sub.Flags())
+		root.AddCommand(sub)
 	}
 	return root
 }

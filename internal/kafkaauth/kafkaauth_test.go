@@ -104,7 +104,7 @@ func (k *secureKafka) newClient(t *testing.T, c Config, extra ...kgo.Opt) *kgo.C
 
 func produce(t *testing.T, cl *kgo.Client, value string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(10*time.Second))
 	defer cancel()
 	return cl.ProduceSync(ctx, &kgo.Record{Topic: topic, Key: []byte("vllm-0"), Value: []byte(value)}).FirstErr()
 }
@@ -113,7 +113,7 @@ func produce(t *testing.T, cl *kgo.Client, value string) error {
 // connection, with franz-go's explanation.
 func ping(t *testing.T, cl *kgo.Client) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(5*time.Second))
 	defer cancel()
 	return cl.Ping(ctx)
 }
@@ -123,7 +123,7 @@ func ping(t *testing.T, cl *kgo.Client) error {
 func consume(t *testing.T, k *secureKafka, c Config, want string) error {
 	t.Helper()
 	cl := k.newClient(t, c, kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic), kgo.DisableAutoCommit())
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(15*time.Second))
 	defer cancel()
 	for {
 		fs := cl.PollFetches(ctx)
@@ -177,7 +177,7 @@ func TestACLs(t *testing.T) {
 	})
 	t.Run("ingester_other_group_refused", func(t *testing.T) {
 		cl := k.newClient(t, ingester, kgo.ConsumerGroup("another-group"), kgo.ConsumeTopics(topic))
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(15*time.Second))
 		defer cancel()
 		var ferr error
 		for ferr == nil && ctx.Err() == nil {

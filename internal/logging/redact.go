@@ -45,3 +45,17 @@ func RedactURLs(addrs []string) []string {
 	}
 	return out
 }
+
+// RedactAddress is RedactURL over a comma-separated list of addresses
+// (as --index and the slice flags take them), so every address flag has
+// one redaction: in errors, log lines and --help defaults alike.
+func RedactAddress(list string) string {
+	if !strings.Contains(list, ",") {
+		return RedactURL(list)
+	}
+	parts := strings.Split(list, ",")
+	for i, p := range parts {
+		parts[i] = RedactURL(p)
+	}
+	return strings.Join(parts, ",")
+}

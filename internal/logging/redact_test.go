@@ -33,3 +33,17 @@ func TestRedactURL(t *testing.T) {
 		t.Fatal("RedactURLs changed its input")
 	}
 }
+
+func TestRedactAddress(t *testing.T) {
+	for in, want := range map[string]string{
+		"h:1":                       "h:1",
+		"a:1,u:pw@b:2":              "a:1,REDACTED@b:2",
+		"tcp://u:pw@h:1,dns:///x:1": "tcp://REDACTED@h:1,dns:///x:1",
+		"dns://u:pw@10.0.0.53/x:1":  "dns://REDACTED@10.0.0.53/x:1",
+		"":                          "",
+	} {
+		if got := RedactAddress(in); got != want {
+			t.Errorf("RedactAddress(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func replay(t *testing.T, s *scenario.Scenario) Result {
 		t.Fatal(err)
 	}
 	defer idx.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	res, err := Run(ctx, Target{Producer: prod, Topic: st.Topic(), Index: idx}, s)
 	if err != nil {
@@ -112,7 +112,7 @@ func TestHashModeProbe(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer idx.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 			defer cancel()
 			for st.Ready() != nil { // a deployment a replay targets is up
 				select {

@@ -187,7 +187,7 @@ func sample(t *testing.T, ctx context.Context, s *stack.Stack, at time.Duration,
 // retention is soon compacted away.
 func TestStackAutoCompacts(t *testing.T) {
 	s := stacktest.Start(t, func(c *stack.Config) { c.CompactionRetention = time.Second })
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	resp, err := s.Etcd().Put(ctx, "/soak-test/key", "v1")
 	if err != nil {

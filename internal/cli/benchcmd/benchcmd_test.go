@@ -67,7 +67,7 @@ func TestQuickSmoke(t *testing.T) {
 	}
 	for _, sub := range []string{"fleet", "ingest", "lookup", "coldstart"} {
 		t.Run(sub, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 			defer cancel()
 			began := time.Now()
 			out, err := runErr(ctx, sub, "--quick", "-o", "json")

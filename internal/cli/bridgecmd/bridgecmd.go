@@ -9,9 +9,11 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -111,6 +113,9 @@ func (f *flags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	reg := common.NewRegistry()
+	watch := authwatch.New(reg, log.With("component", "auth"))
+	kopts = append(kopts, kgo.WithHooks(watch.KafkaHook(f.auth.SASLMechanism)))
 	cfg := f.cfg
 	cfg.KafkaOptions = append(cfg.KafkaOptions, kopts...)
 	cfg.ZMQTopic = f.zmqTopic
@@ -129,14 +134,18 @@ func (f *flags) run(ctx context.Context) error {
 			return fmt.Errorf("--replay: %w", err)
 		}
 	}
-	reg := common.NewRegistry()
 	cfg.Registry = reg
 	cfg.Logger = log.With("component", "bridge")
 	b, err := bridge.New(cfg)
 	if err != nil {
 		return err
 	}
-	ops, err := f.ops.Server(reg, b.Ready)
+	ops, err := f.ops.Server(reg, func() error {
+		if err := watch.Err(); err != nil {
+			return err
+		}
+		return b.Ready()
+	})
 	if err != nil {
 		return err
 	}

@@ -48,7 +48,7 @@ func TestBadFlags(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(20*time.Second))
 	defer cancel()
 	eng, err := enginesim.New(enginesim.DefaultConfig())
 	if err != nil {

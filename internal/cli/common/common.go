@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -19,7 +20,10 @@ import (
 	"github.com/spf13/pflag"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	etcdcreds "go.etcd.io/etcd/client/v3/credentials"
+	"google.golang.org/grpc"
 
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
@@ -40,7 +44,13 @@ func (l *Logging) Register(fs *pflag.FlagSet) {
 
 // Logger builds the logger the flags describe, writing to stderr.
 func (l *Logging) Logger() (*slog.Logger, error) {
-	return logging.New(os.Stderr, l.Level, logging.Format(l.Format))
+	return l.LoggerTo(os.Stderr)
+}
+
+// LoggerTo builds the logger the flags describe, writing to w (a
+// command's ErrOrStderr, so an in-process caller can read the lines).
+func (l *Logging) LoggerTo(w io.Writer) (*slog.Logger, error) {
+	return logging.New(w, l.Level, logging.Format(l.Format))
 }
 
 // Etcd holds the flags that locate kvindex's data in etcd.
@@ -60,6 +70,10 @@ type Etcd struct {
 	// then takes the user from the client certificate's common name, if
 	// it runs with --client-cert-auth).
 	Username, PasswordFile string
+	// Watch, when set, hears of every TLS handshake to etcd, so a failing
+	// one is logged at ERROR, counted and reported by /readyz
+	// (internal/authwatch). Set by the role before Client.
+	Watch *authwatch.Watch
 }
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
@@ -169,7 +183,14 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 	if err != nil {
 		return nil, err
 	}
+	var dialOpts []grpc.DialOption
+	if tlsCfg != nil && e.Watch != nil {
+		// Given after clientv3's own credentials, these replace them: the
+		// same TLS credentials, wrapped to report handshake failures.
+		dialOpts = append(dialOpts, grpc.WithTransportCredentials(e.Watch.EtcdCredentials(etcdcreds.NewTransportCredential(tlsCfg))))
+	}
 	cli, err := clientv3.New(clientv3.Config{
+		DialOptions:          dialOpts,
 		TLS:                  tlsCfg,
 		Endpoints:            e.Endpoints,
 		Username:             e.Username,

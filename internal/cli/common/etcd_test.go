@@ -86,7 +86,7 @@ func TestEtcdPasswordFile(t *testing.T) {
 // password: the error and every log line of the client leave it out.
 func TestEtcdWrongPasswordNotShown(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	for _, step := range []func() error{
 		func() error { _, err := e.Client.UserAdd(ctx, "root", "root-password"); return err },

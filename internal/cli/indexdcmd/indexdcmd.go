@@ -9,9 +9,11 @@ import (
 	"net"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/indexd"
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
 )
@@ -32,9 +34,12 @@ func NewCommand() *cobra.Command {
 		Short: "Serve Lookup from an in-memory index that lists and watches etcd",
 		Long: `indexd lists kvindex's etcd keyspace at one revision into an in-memory
 index, watches it from there, and answers kvindex.v1.IndexService (Lookup,
-ListEndpoints) over gRPC, with the gRPC health service and reflection on the
-same port. It reports NOT_SERVING until its first list is applied. Run any
-number of replicas; they share nothing but etcd.
+ListEndpoints) over gRPC, with the gRPC health service on the same port
+(reflection too with --grpc-reflection, off by default). It reports
+NOT_SERVING until its first list is applied; kvindex.v1.IndexService also
+goes NOT_SERVING (and /readyz fails) while the last progress from etcd is
+older than --max-staleness, while the overall "" status stays SERVING
+(liveness). Run any number of replicas; they share nothing but etcd.
 
 --tls-cert-file and --tls-key-file serve the API over TLS, and
 --tls-client-ca-file requires client certificates (mutual TLS); the files
@@ -45,7 +50,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
 				return err
 			}
-			log, err := logFlags.Logger()
+			log, err := logFlags.LoggerTo(cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -54,17 +59,19 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 				return fmt.Errorf("--etcd-prefix: %w", err)
 			}
 			ctx := cmd.Context()
+			reg := common.NewRegistry()
+			watch := authwatch.New(reg, log.With("component", "auth"))
+			etcdFlags.Watch = watch
 			cli, err := etcdFlags.Client(ctx, log)
 			if err != nil {
 				return err
 			}
 			defer cli.Close()
-			reg := common.NewRegistry()
 			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
 			if cfg.TLS, err = tlsFlags.Config(log.With("component", "indexd-tls")); err != nil {
 				return err
 			}
-			cfg.DisableReflection = !reflect
+			cfg.Reflection = reflect
 			if healthAddr != "" {
 				// Bound here so a busy port names its own flag.
 				if cfg.HealthListener, err = net.Listen("tcp", healthAddr); err != nil {
@@ -78,7 +85,12 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 			if err != nil {
 				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
 			}
-			opsSrv, err := ops.Server(reg, srv.Ready)
+			opsSrv, err := ops.Server(reg, func() error {
+				if err := watch.Err(); err != nil {
+					return err
+				}
+				return srv.Ready()
+			})
 			if err != nil {
 				return err
 			}
@@ -98,9 +110,10 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 	logFlags.Register(fs)
 	etcdFlags.Register(fs)
 	ops.Register(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health, reflection)")
+	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health; reflection with --grpc-reflection)")
 	tlsFlags.Register(fs)
-	fs.BoolVar(&reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (grpcurl without a .proto)")
+	fs.BoolVar(&reflect, "grpc-reflection", false, "serve gRPC server reflection on --listen (grpcurl without a .proto); off by default: it describes the API to any client")
+	RegisterConnectionFlags(fs, &cfg)
 	fs.StringVar(&healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
 	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
@@ -120,7 +133,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
 	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", indexd.DefaultProgressInterval, "how often the watch asks etcd for a progress notification (the age of the last one is every answer's staleness)")
 	fs.DurationVar(&cfg.StaleLogAfter, "stale-log-after", indexd.DefaultStaleLogAfter, "age of the last progress from etcd past which the replica logs that it is stale")
-	fs.DurationVar(&cfg.MaxStaleness, "max-staleness", 0, "when positive, /readyz fails while the last progress from etcd is older than this (gRPC health stays SERVING); 0: off")
+	fs.DurationVar(&cfg.MaxStaleness, "max-staleness", indexd.DefaultMaxStaleness, "when positive, /readyz fails and health of kvindex.v1.IndexService is NOT_SERVING while the last progress from etcd is older than this (the \"\" health status stays SERVING); 0: off")
 	fs.IntVar(&cfg.MaxInFlightBlocks, "max-inflight-blocks", indexd.DefaultMaxInFlightBlocks, "most blocks of Lookups answered at once, server-wide (a token Lookup counts its tokens / 16); past it Lookups fail RESOURCE_EXHAUSTED")
 	return cmd
 }
@@ -133,4 +146,21 @@ var positiveFlags = []string{
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 	"progress-interval", "stale-log-after", "max-inflight-blocks",
+	"max-connections", "health-max-connections", "handshake-timeout", "max-connection-idle",
+	"max-connection-age", "max-connection-age-grace", "keepalive-min-time", "keepalive-time", "keepalive-timeout",
+}
+
+// RegisterConnectionFlags adds the flags of indexd's connection limits
+// (docs/limits.md, "Connections") to fs, writing into cfg; `kvindex
+// standalone` registers them too. Each defaults to indexd's default.
+func RegisterConnectionFlags(fs *pflag.FlagSet, cfg *indexd.Config) {
+	fs.IntVar(&cfg.MaxConnections, "max-connections", indexd.DefaultMaxConnections, "most open connections on --listen; past it new connections wait to be accepted")
+	fs.IntVar(&cfg.HealthMaxConnections, "health-max-connections", indexd.DefaultHealthMaxConnections, "most open connections on --health-listen; past it new connections wait to be accepted")
+	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", indexd.DefaultHandshakeTimeout, "how long a new gRPC connection may take for its TLS handshake and HTTP/2 preface")
+	fs.DurationVar(&cfg.MaxConnectionIdle, "max-connection-idle", indexd.DefaultMaxConnectionIdle, "close a gRPC connection with no call in flight for this long")
+	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", indexd.DefaultMaxConnectionAge, "close every gRPC connection after this long (±10% jitter), so clients spread over new replicas")
+	fs.DurationVar(&cfg.MaxConnectionAgeGrace, "max-connection-age-grace", indexd.DefaultMaxConnectionAgeGrace, "how long calls in flight may run on a connection closed for its age")
+	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", indexd.DefaultKeepaliveMinTime, "shortest keepalive ping interval a client may use; more often is GOAWAY too_many_pings")
+	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", indexd.DefaultKeepaliveTime, "ping a client connection after this long without activity")
+	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", indexd.DefaultKeepaliveTimeout, "close a connection whose ping is not acknowledged within this")
 }

@@ -1,7 +1,9 @@
 package indexdcmd
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -23,16 +25,38 @@ func TestMain(m *testing.M) {
 
 func TestIndexdCommandServes(t *testing.T) {
 	e := testutil.StartEtcd(t)
-	grpcAddr, opsAddr := testutil.FreeAddr(t), testutil.FreeAddr(t)
+	// Port 0: the addresses are read back from the start line.
 	cmd := NewCommand()
-	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", grpcAddr, "--metrics-listen", opsAddr,
-		"--max-hashes", "16", "--log-level", "warn"})
-	cmd.SetErr(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+		"--max-hashes", "16", "--log-format", "json"})
+	pr, pw := io.Pipe()
+	cmd.SetErr(pw)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
-	go func() { done <- cmd.ExecuteContext(runCtx) }()
+	go func() {
+		err := cmd.ExecuteContext(runCtx)
+		pw.Close()
+		done <- err
+	}()
+	addrs := make(chan map[string]any, 1)
+	go func() {
+		sc := bufio.NewScanner(pr)
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "indexd starting" {
+				addrs <- line
+			}
+		}
+	}()
+	var grpcAddr, opsAddr string
+	select {
+	case line := <-addrs:
+		grpcAddr, opsAddr = line["grpc"].(string), line["metrics"].(string)
+	case <-ctx.Done():
+		t.Fatal("indexd never logged its addresses")
+	}
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -107,10 +131,10 @@ func TestIndexdCommandNamesListenOnBusyPort(t *testing.T) {
 	defer busy.Close()
 	cmd := NewCommand()
 	cmd.SetArgs([]string{"--etcd-endpoints", e.Endpoints[0], "--listen", busy.Addr().String(),
-		"--metrics-listen", testutil.FreeAddr(t), "--log-level", "warn"})
+		"--metrics-listen", "127.0.0.1:0", "--log-level", "warn"})
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	err = cmd.ExecuteContext(ctx)
 	if err == nil || !strings.Contains(err.Error(), "(--listen)") || !strings.Contains(err.Error(), busy.Addr().String()) {

@@ -11,9 +11,11 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
@@ -93,6 +95,10 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
+	reg := common.NewRegistry()
+	watch := authwatch.New(reg, log.With("component", "auth"))
+	kopts = append(kopts, kgo.WithHooks(watch.KafkaHook(f.auth.SASLMechanism)))
+	f.etcd.Watch = watch
 	ks, err := f.etcd.Keyspace()
 	if err != nil {
 		return err
@@ -107,7 +113,6 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	reg := common.NewRegistry()
 	cfg := f.cfg
 	cfg.Mediums = mediums
 	cfg.Etcd = cli
@@ -121,7 +126,14 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	ops, err := f.ops.Server(reg, ing.Ready)
+	// An authentication failure is the reason first: the ingester alone
+	// would say only that it is not consuming yet.
+	ops, err := f.ops.Server(reg, func() error {
+		if err := watch.Err(); err != nil {
+			return err
+		}
+		return ing.Ready()
+	})
 	if err != nil {
 		return err
 	}

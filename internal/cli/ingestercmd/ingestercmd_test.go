@@ -26,7 +26,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...
 func TestIngesterCommand(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	k := testutil.StartKafka(t, "events", 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	cmd := NewCommand()

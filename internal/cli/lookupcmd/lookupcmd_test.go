@@ -63,7 +63,7 @@ func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op
 	ep0 := keyspace.Endpoint{Model: model, Pod: "vllm-0"}
 	ep1 := keyspace.Endpoint{Model: model, Pod: "team-a/vllm 1", Rank: 1}
 	rec, _ := (&keyspace.EndpointRecord{HashMode: keyspace.HashModeEngine, BlockSize: 16, LastRecord: time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC), Partition: 2}).Marshal()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(ks.EndpointKey(ep0), string(rec)),

@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/cli/common"
+	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/stack"
@@ -36,6 +37,8 @@ type flags struct {
 	hashMode    string
 	tls         common.ServerTLS
 	reflect     bool
+	// conns holds the connection-limit flags (indexdcmd's).
+	conns indexd.Config
 }
 
 // flagOf names the flag that sets each component's address, for errors.
@@ -76,7 +79,8 @@ listener over TLS or mutual TLS, as indexd does.`,
 	fs.StringVar(&f.kafkaAddr, "kafka-listen", contract.DefaultKafkaAddr, "Kafka broker host:port")
 	fs.StringVar(&f.grpcAddr, "listen", contract.DefaultGRPCAddr, "indexd gRPC host:port")
 	f.tls.Register(fs)
-	fs.BoolVar(&f.reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen")
+	fs.BoolVar(&f.reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (on by default here, the developer's stack; off by default in indexd)")
+	indexdcmd.RegisterConnectionFlags(fs, &f.conns)
 	fs.StringVar(&f.metricsAddr, "metrics-listen", contract.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
 	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
@@ -102,7 +106,12 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 		DataDir: f.dataDir, EtcdAddr: f.etcdAddr, KafkaAddr: f.kafkaAddr, GRPCAddr: f.grpcAddr, MetricsAddr: f.metricsAddr,
 		Topic: f.topic, Partitions: f.partitions, Logger: log,
 		Ingester: func(c *ingester.Config) { c.LivenessWindow, c.HashMode = f.liveness, mode },
-		Indexd:   func(c *indexd.Config) { c.TLS, c.DisableReflection = tlsCfg, !f.reflect },
+		Indexd: func(c *indexd.Config) {
+			c.TLS, c.Reflection = tlsCfg, f.reflect
+			c.MaxConnections, c.HealthMaxConnections, c.HandshakeTimeout = f.conns.MaxConnections, f.conns.HealthMaxConnections, f.conns.HandshakeTimeout
+			c.MaxConnectionIdle, c.MaxConnectionAge, c.MaxConnectionAgeGrace = f.conns.MaxConnectionIdle, f.conns.MaxConnectionAge, f.conns.MaxConnectionAgeGrace
+			c.KeepaliveMinTime, c.KeepaliveTime, c.KeepaliveTimeout = f.conns.KeepaliveMinTime, f.conns.KeepaliveTime, f.conns.KeepaliveTimeout
+		},
 	})
 	var ae *stack.AddrError
 	if errors.As(err, &ae) {

@@ -11,6 +11,7 @@ import (
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/sim/fleetsim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestRawWriteReproducesIngest checks the reference of the ingest and
@@ -29,7 +30,7 @@ func TestRawWriteReproducesIngest(t *testing.T) {
 }
 
 func testRawWriteReproducesIngest(t *testing.T, trace []fleetsim.Request, mode keyspace.HashMode) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	s, err := BuildStream(trace, StreamConfig{Endpoints: 4, GPUBlocks: 32, CPUBlocks: 64, Requests: 300})
 	if err != nil {
@@ -104,7 +105,7 @@ func checkState(t *testing.T, ctx context.Context, node *etcdNode, s *Stream, to
 // detector watches the pacer, the producer's callbacks and the probes)
 // and checks its accounting.
 func TestFleetSmall(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	trace := loadTestTrace(t)
 	// Caches big enough that no block leaves both tiers: every probe must

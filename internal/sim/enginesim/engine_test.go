@@ -22,7 +22,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...
 
 // testCtx bounds a test: every wait here is on something observable.
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(20*time.Second))
 	t.Cleanup(cancel)
 	return ctx
 }

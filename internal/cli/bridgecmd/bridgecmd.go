@@ -108,7 +108,7 @@ func (f *flags) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ops, err := f.ops.Server(reg, b.Ready)
+	ops, err := f.ops.Server(reg, b.Ready, nil)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
@@ -78,7 +79,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 			if err != nil {
 				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
 			}
-			opsSrv, err := ops.Server(reg, srv.Ready)
+			opsSrv, err := ops.Server(reg, srv.Ready, map[string]http.Handler{"/status": srv.StatusHandler()})
 			if err != nil {
 				return err
 			}

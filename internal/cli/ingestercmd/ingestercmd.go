@@ -121,7 +121,7 @@ func run(ctx context.Context, f *flags) error {
 	if err != nil {
 		return err
 	}
-	ops, err := f.ops.Server(reg, ing.Ready)
+	ops, err := f.ops.Server(reg, ing.Ready, nil)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
 		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "kvindex_indexd_progress_age",
+			Name: "kvindex_indexd_progress_age_seconds",
 			Help: "Seconds since the replica last heard from etcd that its watch was current (progress notification, watch event or list); 0 before the first list.",
 		}, progressAge),
 		stat("kvindex_indexd_revision", "etcd revision the serving index reflects.",

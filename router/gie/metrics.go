@@ -61,7 +61,7 @@ func NewMetrics() *Metrics {
 			Buckets: lat,
 		}),
 		fallbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "kvindex_gie_fallback_total",
+			Name: "kvindex_gie_fallbacks_total",
 			Help: "Requests scheduled without kvindex's answer, by fallback mode (approximate, none) and reason (the error kinds).",
 		}, []string{"mode", "reason"}),
 		matchRatio: prometheus.NewHistogram(prometheus.HistogramOpts{

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
@@ -38,6 +39,8 @@ var requiredBuilds = []string{
 	"examples/vllm-sidecar",
 	"examples/vllm-sidecar-dp",
 	"examples/llm-d",
+	"examples/monitoring",
+	"examples/monitoring-models",
 }
 
 // object is one resource of a build's output.
@@ -86,6 +89,9 @@ var decoders = map[string]func() any{
 	"kafka.strimzi.io/v1/Kafka":                       func() any { return &strimziKafka{} },
 	"kafka.strimzi.io/v1/KafkaNodePool":               func() any { return &strimziNodePool{} },
 	"kafka.strimzi.io/v1/KafkaTopic":                  func() any { return &strimziTopic{} },
+	"monitoring.coreos.com/v1/PodMonitor":             func() any { return &monitoringv1.PodMonitor{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":         func() any { return &monitoringv1.ServiceMonitor{} },
+	"monitoring.coreos.com/v1/PrometheusRule":         func() any { return &monitoringv1.PrometheusRule{} },
 }
 
 // checkedElsewhere lists the kinds this module cannot decode because their

@@ -107,6 +107,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 			func(ix *index.Index) float64 { return float64(ix.Stats().Entries) }),
 		stat("kvindex_indexd_endpoints", "Endpoints in the serving index.",
 			func(ix *index.Index) float64 { return float64(ix.Stats().Endpoints) }),
+		newModelCollector(cur),
 		stat("kvindex_indexd_set_arena_bytes", "Bytes of endpoint sets (blocks held by several endpoints) in the serving index.",
 			func(ix *index.Index) float64 { return float64(4 * ix.Stats().SetWords) }),
 	)

@@ -19,6 +19,7 @@ type metrics struct {
 	txnSeconds     prometheus.Histogram
 	txnRetries     prometheus.Counter
 	txnOpsLimit    prometheus.Gauge
+	txnOpsWanted   prometheus.Gauge
 	guardFailures  prometheus.Counter
 	leases         prometheus.Gauge
 	leaseGrants    prometheus.Counter
@@ -60,6 +61,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.0002, 2, 16)}),
 		txnOpsLimit: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops_limit",
 			Help: "Operations per transaction the ingester packs: --max-txn-ops, lowered at start to what etcd accepts."}),
+		txnOpsWanted: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops_configured",
+			Help: "--max-txn-ops as configured; txn_ops_limit below it means etcd accepts fewer (alert KvindexTxnLimitClamped)."}),
 		txnRetries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txn_retries_total",
 			Help: "Write transactions retried after an etcd error."}),
 		guardFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "guard_failures_total",
@@ -95,8 +98,18 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		etcdFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "etcd_failures_total",
 			Help: "etcd calls that failed with an error no retry fixes (the ingester stops with it), by operation."}, []string{"op"}),
 	}
+	// The series the alerting rules select by label value exist from the
+	// start (deploy/observability), so a rate over them is 0, not absent,
+	// and the observability tests see them in a scrape.
+	m.drops.WithLabelValues("expired")
+	for _, kind := range []string{"topic", "claim", "gap"} {
+		m.outages.WithLabelValues(kind)
+	}
+	for _, op := range []string{"range", "txn"} {
+		m.etcdFailures.WithLabelValues(op)
+	}
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
-		m.txnOps, m.txnSeconds, m.txnOpsLimit, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
+		m.txnOps, m.txnSeconds, m.txnOpsLimit, m.txnOpsWanted, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
 		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
 		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
 		if err := reg.Register(c); err != nil {

@@ -121,6 +121,7 @@ func (in *Ingester) sizeTxns(ctx context.Context) error {
 		in.log.Info("transactions sized", "max_txn_ops", got)
 	}
 	in.cfg.MaxTxnOps = got
+	in.m.txnOpsWanted.Set(float64(want))
 	in.m.txnOpsLimit.Set(float64(got))
 	return nil
 }

@@ -6,15 +6,19 @@
 //	/healthz        200 while the process runs (liveness)
 //	/readyz         200 when Ready returns nil, else 503 with the reason
 //	/debug/pprof/   the runtime profiles, only with Config.Pprof
+//
+// and the role's own pages (Config.Handlers), such as indexd's /status.
 package opsserver
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +41,10 @@ type Config struct {
 	// process's file descriptors. Default DefaultIdleTimeout (30 s); zero
 	// means the default.
 	IdleTimeout time.Duration
+	// Handlers are extra routes, by http.ServeMux pattern (indexd's
+	// "/status"). A pattern that clashes with the server's own routes
+	// makes New fail. Default none.
+	Handlers map[string]http.Handler
 }
 
 // DefaultIdleTimeout is Config.IdleTimeout's default: longer than the
@@ -81,11 +89,29 @@ func New(cfg Config) (*Server, error) {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
+	for _, pattern := range slices.Sorted(maps.Keys(cfg.Handlers)) {
+		if err := register(mux, pattern, cfg.Handlers[pattern]); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
 	idle := cfg.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultIdleTimeout
 	}
 	return &Server{l: l, srv: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idle}}, nil
+}
+
+// register adds an extra route, turning ServeMux's panic on a clash
+// into an error.
+func register(mux *http.ServeMux, pattern string, h http.Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("opsserver: route %q: %v", pattern, r)
+		}
+	}()
+	mux.Handle(pattern, h)
+	return nil
 }
 
 // Addr is the bound address.

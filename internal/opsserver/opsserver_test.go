@@ -25,7 +25,9 @@ func TestEndpoints(t *testing.T) {
 	c.Add(3)
 	var mu sync.Mutex
 	readyErr := errors.New("first list not applied")
-	s, err := New(Config{Addr: "127.0.0.1:0", Registry: reg, Ready: func() error { mu.Lock(); defer mu.Unlock(); return readyErr }})
+	page := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "the role's page") })
+	s, err := New(Config{Addr: "127.0.0.1:0", Registry: reg, Ready: func() error { mu.Lock(); defer mu.Unlock(); return readyErr },
+		Handlers: map[string]http.Handler{"/status": page}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +66,18 @@ func TestEndpoints(t *testing.T) {
 	}
 	if code, _ := get("/debug/pprof/"); code != 404 {
 		t.Fatalf("pprof served without Config.Pprof: %d", code)
+	}
+	if code, body := get("/status"); code != 200 || body != "the role's page" {
+		t.Fatalf("/status = %d %q, want the extra handler's page", code, body)
+	}
+}
+
+// TestHandlerClashFailsInNew: an extra route on one of the server's own
+// patterns is an error from New, not a panic.
+func TestHandlerClashFailsInNew(t *testing.T) {
+	_, err := New(Config{Addr: "127.0.0.1:0", Registry: prometheus.NewRegistry(), Handlers: map[string]http.Handler{"/metrics": http.NotFoundHandler()}})
+	if err == nil || !strings.Contains(err.Error(), `route "/metrics"`) {
+		t.Fatalf("New with a clashing route: %v, want an error naming it", err)
 	}
 }
 

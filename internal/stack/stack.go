@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -55,7 +56,7 @@ type Config struct {
 	// 0 picks a free port.
 	GRPCAddr string
 	// MetricsAddr is the ops HTTP server's host:port (/metrics, /healthz,
-	// /readyz). Default "127.0.0.1:9090"; port 0 picks a free port.
+	// /readyz, and indexd's /status page). Default "127.0.0.1:9090"; port 0 picks a free port.
 	MetricsAddr string
 	// Topic is the KV-event topic, created with Partitions partitions and
 	// LogAppendTime timestamps when it does not exist. Default
@@ -255,7 +256,8 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if s.indexd, err = indexd.New(xcfg); err != nil {
 		return nil, fmt.Errorf("stack: %w", err)
 	}
-	s.ops, err = opsserver.New(opsserver.Config{Addr: cfg.MetricsAddr, Registry: s.registry, Ready: s.Ready})
+	s.ops, err = opsserver.New(opsserver.Config{Addr: cfg.MetricsAddr, Registry: s.registry, Ready: s.Ready,
+		Handlers: map[string]http.Handler{"/status": s.indexd.StatusHandler()}})
 	if err != nil {
 		return nil, &AddrError{Which: "metrics", Addr: cfg.MetricsAddr, Err: err}
 	}

@@ -36,7 +36,7 @@ type Metrics struct {
 // NewMetrics returns unregistered metrics.
 func NewMetrics() *Metrics {
 	lat := []float64{.0005, .001, .002, .005, .01, .02, .05, .1, .2, .4, 1}
-	return &Metrics{
+	m := &Metrics{
 		lookups: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindex_gie_lookups_total",
 			Help: "Token-mode Lookups the producer sent to kvindex.",
@@ -74,6 +74,17 @@ func NewMetrics() *Metrics {
 			Help: "Blocks credited to candidates from speculative entries beyond the index's answer.",
 		}),
 	}
+	// Every error kind and fallback series exists from the start, so a
+	// rate over one is 0, not absent (the alerting rules of
+	// deploy/observability select kind="identity").
+	kinds := []string{KindUnavailable, KindDeadline, KindTokenize, KindNoPrompt, KindIdentity, KindInvalid, KindOther}
+	for _, k := range kinds {
+		m.errors.WithLabelValues(k)
+		for _, mode := range []string{FallbackApproximate, FallbackNone} {
+			m.fallbacks.WithLabelValues(mode, k)
+		}
+	}
+	return m
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

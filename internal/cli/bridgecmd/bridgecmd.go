@@ -145,7 +145,7 @@ func (f *flags) run(ctx context.Context) error {
 			return err
 		}
 		return b.Ready()
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}

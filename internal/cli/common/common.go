@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -219,10 +220,11 @@ func (o *Ops) Register(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-listen")
 }
 
-// Server binds the ops HTTP server on --metrics-listen, serving reg and
-// reporting ready.
-func (o *Ops) Server(reg *prometheus.Registry, ready func() error) (*opsserver.Server, error) {
-	srv, err := opsserver.New(opsserver.Config{Addr: o.Listen, Registry: reg, Ready: ready, Pprof: o.Pprof})
+// Server binds the ops HTTP server on --metrics-listen, serving reg,
+// reporting ready, and serving the role's extra pages (opsserver's
+// Config.Handlers; nil for none).
+func (o *Ops) Server(reg *prometheus.Registry, ready func() error, pages map[string]http.Handler) (*opsserver.Server, error) {
+	srv, err := opsserver.New(opsserver.Config{Addr: o.Listen, Registry: reg, Ready: ready, Pprof: o.Pprof, Handlers: pages})
 	if err != nil {
 		return nil, fmt.Errorf("%w (--metrics-listen)", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -90,7 +91,7 @@ serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 					return err
 				}
 				return srv.Ready()
-			})
+			}, map[string]http.Handler{"/status": srv.StatusHandler()})
 			if err != nil {
 				return err
 			}

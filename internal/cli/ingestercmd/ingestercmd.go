@@ -133,7 +133,7 @@ func run(ctx context.Context, f *flags) error {
 			return err
 		}
 		return ing.Ready()
-	})
+	}, nil)
 	if err != nil {
 		return err
 	}

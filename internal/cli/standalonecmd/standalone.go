@@ -81,7 +81,7 @@ listener over TLS or mutual TLS, as indexd does.`,
 	f.tls.Register(fs)
 	fs.BoolVar(&f.reflect, "grpc-reflection", true, "serve gRPC server reflection on --listen (on by default here, the developer's stack; off by default in indexd)")
 	indexdcmd.RegisterConnectionFlags(fs, &f.conns)
-	fs.StringVar(&f.metricsAddr, "metrics-listen", contract.DefaultMetricsAddr, "host:port of /metrics, /healthz and /readyz")
+	fs.StringVar(&f.metricsAddr, "metrics-listen", contract.DefaultMetricsAddr, "host:port of /metrics, /healthz, /readyz and the status page /status")
 	fs.StringVar(&f.topic, "topic", contract.DefaultTopic, "Kafka topic of KV-event records (created if missing)")
 	fs.Int32Var(&f.partitions, "partitions", stack.DefaultPartitions, "partitions of the topic when it is created")
 	fs.DurationVar(&f.liveness, "liveness-window", ingester.DefaultLivenessWindow, "drop an endpoint that sent no batch or heartbeat for this long (the bridge heartbeats every 5 s)")
@@ -131,6 +131,7 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	}
 	fmt.Fprintf(out, "etcd: %s\n", s.EtcdURL())
 	fmt.Fprintf(out, "metrics: http://%s/metrics\n", s.MetricsAddr())
+	fmt.Fprintf(out, "status: http://%s/status\n", s.MetricsAddr())
 	fmt.Fprintf(out, "data: %s\n", f.dataDir)
 
 	runCtx, cancel := context.WithCancel(ctx)

@@ -59,7 +59,13 @@ func (in *Ingester) registerLease(ctx context.Context, key string, rec *keyspace
 		if err != nil {
 			return err
 		}
-		_, err = in.cfg.Etcd.Put(ctx, key, string(v), clientv3.WithLease(id))
+		// The put is bounded but not cut by ctx: an assignment change
+		// comes with every stop (the group revokes the partitions), and a
+		// put abandoned mid-flight is logged by the etcd client. The
+		// revoke after the loop deletes the key either way.
+		pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(maxUnregister, in.cfg.LeaseTTL))
+		defer cancel()
+		_, err = in.cfg.Etcd.Put(pctx, key, string(v), clientv3.WithLease(id))
 		return err
 	}
 	if err := put(); err != nil {
@@ -72,6 +78,9 @@ func (in *Ingester) registerLease(ctx context.Context, key string, rec *keyspace
 		case <-lost:
 			return fmt.Errorf("registration lease of %s expired", key)
 		case <-in.assigned:
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			if err := put(); err != nil {
 				return fmt.Errorf("updating %s: %w", key, err)
 			}

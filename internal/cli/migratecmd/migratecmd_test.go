@@ -41,13 +41,15 @@ func TestMigrateCommand(t *testing.T) {
 	ctx := context.Background()
 	const from, to = "/old/v1/", "/new/v2/"
 	ep := keyspace.Endpoint{Model: "m", Pod: "p 0", Rank: 0}
-	for k, v := range map[string]string{
-		from + "endpoints/m/p%200/0":                   `{"hash_mode":"engine","last_record":"2026-12-01T12:00:00Z","topic":"t","partition":0,"lease":"0"}`,
-		from + "blocks/m/p%200/0/gpu/00000000000000aa": "",
-		from + "blocks/m/p%200/0/gpu/00000000000000bb": "",
-		from + "offsets/t/0":                           "5",
+	// In this order: migrate packs a tier's blocks in insertion order
+	// (their create revisions), so aa must come first.
+	for _, kv := range [][2]string{
+		{from + "endpoints/m/p%200/0", `{"hash_mode":"engine","last_record":"2026-12-01T12:00:00Z","topic":"t","partition":0,"lease":"0"}`},
+		{from + "blocks/m/p%200/0/gpu/00000000000000aa", ""},
+		{from + "blocks/m/p%200/0/gpu/00000000000000bb", ""},
+		{from + "offsets/t/0", "5"},
 	} {
-		if _, err := e.Client.Put(ctx, k, v); err != nil {
+		if _, err := e.Client.Put(ctx, kv[0], kv[1]); err != nil {
 			t.Fatal(err)
 		}
 	}

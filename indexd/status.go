@@ -450,7 +450,7 @@ func (s *Server) statusLookup(ctx context.Context, f statusForm) *statusResult {
 		for i, t := range m.Tiers {
 			ts[i] = tier.Tier(t)
 		}
-		sm.Tiers = tierRuns(ts)
+		sm.Tiers = tier.FormatRuns(ts)
 		// One cell per block, up to a bounded width.
 		for i, t := range ts {
 			if i == statusMaxCells {
@@ -466,23 +466,6 @@ func (s *Server) statusLookup(ctx context.Context, f statusForm) *statusResult {
 
 // statusMaxCells bounds the per-block cells of a lookup answer's bar.
 const statusMaxCells = 256
-
-// tierRuns renders tiers as runs: "gpu×3 cpu×2".
-func tierRuns(ts []tier.Tier) string {
-	var b strings.Builder
-	for i := 0; i < len(ts); {
-		j := i
-		for j < len(ts) && ts[j] == ts[i] {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s×%d", ts[i], j-i)
-		i = j
-	}
-	return b.String()
-}
 
 var statusTmpl = template.Must(template.New("status").Funcs(template.FuncMap{
 	"pct": func(f float64) string { return strconv.FormatFloat(f, 'f', 2, 64) + "%" },

@@ -74,3 +74,23 @@ func Parse(s string) (Tier, bool) {
 	}
 	return Unknown, false
 }
+
+// FormatRuns renders a prefix's tiers, block by block, as runs of one
+// tier ("gpu×3 cpu×2"), so long prefixes stay readable in the CLI and on
+// the status page. T is this package's Tier or the client library's (any
+// comparable type that prints as its name); an empty slice is "".
+func FormatRuns[T comparable](ts []T) string {
+	var b []byte
+	for i := 0; i < len(ts); {
+		j := i
+		for j < len(ts) && ts[j] == ts[i] {
+			j++
+		}
+		if len(b) > 0 {
+			b = append(b, ' ')
+		}
+		b = fmt.Appendf(b, "%v×%d", ts[i], j-i)
+		i = j
+	}
+	return string(b)
+}

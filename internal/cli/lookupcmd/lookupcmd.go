@@ -25,6 +25,7 @@ import (
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/tier"
 )
 
 // errUsage marks bad command-line input.
@@ -451,24 +452,6 @@ func writeLookupJSON(w io.Writer, res *client.LookupResult) error {
 	return enc.Encode(out)
 }
 
-// tierRuns renders tiers as runs, "gpu×3 cpu×1", so long prefixes stay
-// readable.
-func tierRuns(ts []client.Tier) string {
-	var b strings.Builder
-	for i := 0; i < len(ts); {
-		j := i
-		for j < len(ts) && ts[j] == ts[i] {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		fmt.Fprintf(&b, "%s×%d", ts[i], j-i)
-		i = j
-	}
-	return b.String()
-}
-
 // tokenView is what a lookup asked: hashes block hashes (0 for a token
 // Lookup), keyed here at blockSize from tokens token ids when --tokens
 // gave them.
@@ -495,7 +478,7 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, v tokenView) error 
 	fmt.Fprintln(tw, "POD\tDP_RANK\tBLOCKS\tBLOCK_SIZE\tTOKENS\tTIERS")
 	for _, m := range res.Matches {
 		blocks, toks := v.blocks(m)
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", common.Display(m.Endpoint.Pod), m.Endpoint.DPRank, blocks, m.BlockSize, toks, tierRuns(m.Tiers))
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%s\n", common.Display(m.Endpoint.Pod), m.Endpoint.DPRank, blocks, m.BlockSize, toks, tier.FormatRuns(m.Tiers))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,13 +88,21 @@ func BenchmarkBind(b *testing.B) {
 	// The bridge, with 64 pods connected.
 	k := testutil.StartKafka(b, topic, 4)
 	consumer := bridgetest.NewConsumer(b, k.Brokers, topic)
-	_, port, err := net.SplitHostPort(testutil.FreeAddr(b))
+	// Every pod's replay socket is open before the bridge learns the port.
+	hosts := make([]string, benchPublishers)
+	for i := range hosts {
+		hosts[i], _, _ = net.SplitHostPort(pods[i])
+	}
+	replayLs, port, err := enginesim.ListenSamePort(ctx, hosts)
 	if err != nil {
 		b.Fatal(err)
 	}
+	for _, l := range replayLs {
+		defer l.Close() // each engine's from New on; twice is harmless
+	}
 	cfg := bridge.DefaultConfig()
 	cfg.Listen = "tcp://127.0.0.1:0"
-	cfg.ReplayPattern = "tcp://{host}:" + port
+	cfg.ReplayPattern = "tcp://{host}:" + strconv.Itoa(port)
 	cfg.Brokers, cfg.Topic = k.Brokers, topic
 	cfg.GracePeriod, cfg.HeartbeatInterval = 0, time.Hour
 	cfg.Registry = prometheus.NewRegistry()
@@ -107,8 +116,7 @@ func BenchmarkBind(b *testing.B) {
 	}
 	engines := make([]*enginesim.Engine, benchPublishers)
 	for i := range engines {
-		host, _, _ := net.SplitHostPort(pods[i])
-		ec := enginesim.Config{Connect: strings.TrimPrefix(br.Addr(), "tcp://"), ReplayAddr: net.JoinHostPort(host, port),
+		ec := enginesim.Config{Connect: strings.TrimPrefix(br.Addr(), "tcp://"), ReplayListener: replayLs[i],
 			BufferSize: per + 1, HWM: per + 1, Topic: "kv@" + pods[i] + "@" + model, FirstSeq: 1, ReplayTopicFrame: true}
 		eng, err := enginesim.New(ec)
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,7 +29,10 @@ type bindEnv struct {
 	cfg        bridge.Config
 	running    *bridgetest.Running
 	replayPort string
-	engines    []*bindEngine
+	// replayLs are the pods' replay listeners, all on replayPort: pod i
+	// (host 127.0.0.<i+2>) serves on replayLs[i].
+	replayLs []net.Listener
+	engines  []*bindEngine
 }
 
 type bindEngine struct {
@@ -39,15 +43,29 @@ type bindEngine struct {
 	want []rec
 }
 
+// bindMaxPods is how many pods a bindEnv can add (addPod's i below it).
+const bindMaxPods = 3
+
 func newBindEnv(t *testing.T, mod func(*bridge.Config)) *bindEnv {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	t.Cleanup(cancel)
 	k := testutil.StartKafka(t, topic, 4)
-	_, port, err := net.SplitHostPort(testutil.FreeAddr(t))
+	// Every pod's replay socket is open before the bridge learns the port.
+	var hosts []string
+	for i := range bindMaxPods {
+		hosts = append(hosts, fmt.Sprintf("127.0.0.%d", i+2))
+	}
+	ls, p, err := enginesim.ListenSamePort(ctx, hosts)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		for _, l := range ls {
+			l.Close() // those no engine took; closing twice is harmless
+		}
+	})
+	port := strconv.Itoa(p)
 	cfg := bridge.DefaultConfig()
 	cfg.Listen = "tcp://127.0.0.1:0"
 	cfg.ReplayPattern = "tcp://{host}:" + port
@@ -69,7 +87,7 @@ func newBindEnv(t *testing.T, mod func(*bridge.Config)) *bindEnv {
 	if err := bridgetest.WaitReady(ctx, b); err != nil {
 		t.Fatal(err)
 	}
-	return &bindEnv{t: t, ctx: ctx, kafka: k, consumer: bridgetest.NewConsumer(t, k.Brokers, topic), cfg: cfg, running: r, replayPort: port}
+	return &bindEnv{t: t, ctx: ctx, kafka: k, consumer: bridgetest.NewConsumer(t, k.Brokers, topic), cfg: cfg, running: r, replayPort: port, replayLs: ls}
 }
 
 // addPod starts pod i's engine (pod "127.0.0.<i+2>:8000"), numbering
@@ -82,7 +100,10 @@ func (e *bindEnv) addPod(i int, first uint64, topicFrame bool) *bindEngine {
 	ec := enginesim.DefaultConfig()
 	ec.Connect = e.bridgeAddr()
 	ec.Topic = "kv@" + pod + "@" + model
-	ec.ReplayAddr = net.JoinHostPort(host, e.replayPort)
+	if i >= len(e.replayLs) {
+		e.t.Fatalf("pod %d: the env opens replay sockets for %d pods", i, len(e.replayLs))
+	}
+	ec.ReplayListener = e.replayLs[i]
 	ec.FirstSeq = first
 	ec.ReplayTopicFrame = topicFrame
 	eng, err := enginesim.New(ec)

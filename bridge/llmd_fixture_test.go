@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +145,7 @@ func TestRecordedReplayFramesReproduced(t *testing.T) {
 // the records produced for the pod.
 func fixtureRun(t *testing.T, rec *bridgetest.Recording, bind bool) (pod string, got []rec, cfg bridge.Config) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	k := testutil.StartKafka(t, topic, 4)
 	consumer := bridgetest.NewConsumer(t, k.Brokers, topic)
@@ -158,12 +159,19 @@ func fixtureRun(t *testing.T, rec *bridgetest.Recording, bind bool) (pod string,
 	var eng *enginesim.Engine
 	var r *bridgetest.Running
 	if bind {
-		_, port, err := net.SplitHostPort(testutil.FreeAddr(t))
+		podName, _, _ := strings.Cut(strings.TrimPrefix(rec.Topic, "kv@"), "@")
+		host, _, err := net.SplitHostPort(podName)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The pod's replay socket is open before the bridge learns its port.
+		ls, port, err := enginesim.ListenSamePort(ctx, []string{host})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ls[0].Close() }) // the engine's from New on; twice is harmless
 		cfg.Listen = "tcp://127.0.0.1:0"
-		cfg.ReplayPattern = "tcp://{host}:" + port
+		cfg.ReplayPattern = "tcp://{host}:" + strconv.Itoa(port)
 		b, err := bridge.New(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -172,14 +180,9 @@ func fixtureRun(t *testing.T, rec *bridgetest.Recording, bind bool) (pod string,
 		if err := bridgetest.WaitReady(ctx, b); err != nil {
 			t.Fatal(err)
 		}
-		podName, _, _ := strings.Cut(strings.TrimPrefix(rec.Topic, "kv@"), "@")
-		host, _, err := net.SplitHostPort(podName)
-		if err != nil {
-			t.Fatal(err)
-		}
 		eng = recordedEngine(t, rec, func(c *enginesim.Config) {
 			c.Connect = strings.TrimPrefix(b.Addr(), "tcp://")
-			c.ReplayAddr = net.JoinHostPort(host, port)
+			c.ReplayListener = ls[0]
 		})
 		pod = podName
 	} else {

@@ -236,8 +236,11 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	tls.TrustedCAFile = localPath(t, filepath.Join(dir, "etcd"), w, c, tls.TrustedCAFile, secrets)
 	cfg.Dir = filepath.Join(dir, "data")
 	cfg.UnsafeNoFsync = true
-	client := url.URL{Scheme: "https", Host: testutil.FreeAddr(t)}
-	peer := url.URL{Scheme: "http", Host: testutil.FreeAddr(t)}
+	// Port 0: etcd binds free ports itself, and the test reads the client
+	// port back from its listener. (A one-member cluster never dials its
+	// peer URL, so the advertised port 0 there is never used.)
+	client := url.URL{Scheme: "https", Host: "127.0.0.1:0"}
+	peer := url.URL{Scheme: "http", Host: "127.0.0.1:0"}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
 	cfg.ListenMetricsUrls, cfg.ListenClientHttpUrls = nil, nil
@@ -252,9 +255,10 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
 		t.Fatal(err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testutil.Timeout(30 * time.Second)):
 		t.Fatal("etcd did not become ready")
 	}
+	client.Host = e.Clients[0].Addr().String()
 
 	// The documented names cover what the roles dial.
 	for _, k := range kcs {

@@ -2,7 +2,7 @@ package e2e
 
 import (
 	"fmt"
-	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +13,6 @@ import (
 	"github.com/kvindex/kvindex/internal/bridgetest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
-	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestBindBridgeThroughPipeline runs one bind-mode bridge (issue 25) for
@@ -29,13 +28,17 @@ func TestBindBridgeThroughPipeline(t *testing.T) {
 	seed := genSeed(t)
 	rig := newBridgeRig(t)
 	ctx := bridgeCtx(t)
-	_, port, err := net.SplitHostPort(testutil.FreeAddr(t))
+	// The pods' replay sockets are open before the bridge learns the port.
+	replayLs, port, err := enginesim.ListenSamePort(ctx, []string{"127.0.0.20", "127.0.0.21", "127.0.0.22"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, l := range replayLs {
+		t.Cleanup(func() { l.Close() }) // each engine's from New on; twice is harmless
+	}
 	cfg := bridge.DefaultConfig()
 	cfg.Listen = "tcp://127.0.0.1:0"
-	cfg.ReplayPattern = "tcp://{host}:" + port
+	cfg.ReplayPattern = "tcp://{host}:" + strconv.Itoa(port)
 	cfg.Brokers, cfg.Topic = rig.p.kafka.Brokers, topic
 	cfg.HeartbeatInterval, cfg.GracePeriod = time.Hour, 0
 	cfg.ReconnectBackoff, cfg.MaxReconnectBackoff = 10*time.Millisecond, 100*time.Millisecond
@@ -57,7 +60,7 @@ func TestBindBridgeThroughPipeline(t *testing.T) {
 		ec := enginesim.DefaultConfig()
 		ec.Connect = strings.TrimPrefix(b.Addr(), "tcp://")
 		ec.Topic = "kv@" + host + ":8000@" + model
-		ec.ReplayAddr = net.JoinHostPort(host, port)
+		ec.ReplayListener = replayLs[i]
 		ec.FirstSeq, ec.ReplayTopicFrame = 1, true
 		eng, err := enginesim.New(ec)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -210,16 +212,31 @@ func TestOutageThroughPipeline(t *testing.T) {
 	t.Run("whole_stack_down", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 		defer cancel()
+		// The first start binds port 0 and the test reads the ports back;
+		// the restart must come back on the same ones (the clients and the
+		// bridge redial them), so it tries again, a bounded number of times,
+		// while another process holds one of them.
 		cfg := stack.Config{
-			DataDir: t.TempDir(), EtcdAddr: testutil.FreeAddr(t), KafkaAddr: testutil.FreeAddr(t), GRPCAddr: testutil.FreeAddr(t),
+			DataDir: t.TempDir(), EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 			MetricsAddr: "127.0.0.1:0", Topic: topic, Partitions: 2, UnsafeNoFsync: true, Ingester: outageIngester,
 			Logger: outageLogger(),
 		}
 		run := func() func() {
-			s, err := stack.Start(ctx, cfg)
+			var s *stack.Stack
+			var err error
+			for try := 1; ; try++ {
+				s, err = stack.Start(ctx, cfg)
+				var addrErr *stack.AddrError
+				inUse := errors.As(err, &addrErr) || errors.Is(err, etcdembed.ErrAddrInUse) || errors.Is(err, syscall.EADDRINUSE)
+				if err == nil || !inUse || try == 50 {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
+			cfg.EtcdAddr, cfg.KafkaAddr, cfg.GRPCAddr = testutil.HostPort(s.EtcdURL()), s.KafkaAddr(), s.GRPCAddr()
 			sctx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- s.Run(sctx) }()

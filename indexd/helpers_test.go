@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -292,12 +291,6 @@ func etcdState(t *testing.T, cli *clientv3.Client) *indextest.Reference {
 		}
 	}
 	return ref
-}
-
-// withClientAddr pins an embedded etcd's client address (so a restart on
-// the same data dir comes back where clients look for it).
-func withClientAddr(addr string) testutil.EtcdOption {
-	return func(c *etcdembed.Config) { c.ClientAddr = addr }
 }
 
 // ownClient dials a client of its own to endpoints (one the test's etcd

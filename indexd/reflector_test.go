@@ -196,10 +196,13 @@ func TestListWatchRandomStream(t *testing.T) {
 }
 
 func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
-	addr := testutil.FreeAddr(t)
-	e := testutil.StartEtcd(t, withClientAddr(addr))
-	px := testutil.StartProxy(t, addr)
-	w := newWriter(t, ownClient(t, e.Endpoints))
+	// Both clients dial etcd through proxies, so the restarted etcd can
+	// listen on a new port (port 0) and each client still finds it at the
+	// address it dialed.
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	wpx := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	w := newWriter(t, ownClient(t, []string{wpx.Endpoint()}))
 	s := newStream(t, w, 1)
 	r := startReplica(t, ownClient(t, []string{px.Endpoint()}))
 	r.waitServing(t)
@@ -207,11 +210,13 @@ func TestEtcdRestartResumesWatchWithoutRelist(t *testing.T) {
 	s.check(r)
 
 	// etcd goes away (indexd's connection breaks first, as it would when
-	// the process dies), and comes back on the same data dir and address.
+	// the process dies), and comes back on the same data dir.
 	px.Cut()
+	wpx.Cut()
 	e.Stop()
-	testutil.RestartEtcd(t, e.Dir, withClientAddr(addr))
-	px.Restore(addr)
+	e = testutil.RestartEtcd(t, e.Dir)
+	px.Restore(e.Endpoints[0])
+	wpx.Restore(e.Endpoints[0])
 	s.step(20) // the writer's client reconnects too
 	s.check(r)
 	if n := r.counter(t, r.srv.m.lists.WithLabelValues("start")); n != 1 {

@@ -224,8 +224,11 @@ func TestRequestLimits(t *testing.T) {
 }
 
 func TestNotServingBeforeFirstList(t *testing.T) {
-	addr := testutil.FreeAddr(t) // etcd is not there yet
-	r := startReplica(t, ownClient(t, []string{"http://" + addr}))
+	// etcd is not there yet: the replica dials a proxy that refuses every
+	// connection until etcd starts.
+	px := testutil.StartProxy(t, "127.0.0.1:1")
+	px.Cut()
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}))
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
 	h, err := r.health.Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
@@ -244,7 +247,8 @@ func TestNotServingBeforeFirstList(t *testing.T) {
 		t.Fatalf("ListEndpoints before the first list: %v, want UNAVAILABLE", err)
 	}
 	// etcd appears: the list succeeds and the replica serves.
-	testutil.StartEtcd(t, withClientAddr(addr))
+	e := testutil.StartEtcd(t)
+	px.Restore(e.Endpoints[0])
 	r.waitServing(t)
 	if err := r.srv.Ready(); err != nil {
 		t.Fatalf("Ready() = %v after SERVING", err)

@@ -5,7 +5,6 @@ package testutil
 
 import (
 	"context"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,17 +150,4 @@ func LeakOptions() []goleak.Option {
 		goleak.IgnoreAnyFunction("go.etcd.io/etcd/pkg/v3/logutil.init.0.func1"),
 		goleak.IgnoreAnyFunction("google.golang.org/grpc/internal/grpcsync.(*CallbackSerializer).run"),
 	}
-}
-
-// FreeAddr returns a loopback host:port that was free when asked. Another
-// process may take it before the caller binds it; tests that start servers
-// on such ports accept that small race (a retry would hide real bind bugs).
-func FreeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -65,7 +66,7 @@ its own sequence tracking, and its gaps are replayed from
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f.dialFlags = cmd.Flags().Changed("zmq") || cmd.Flags().Changed("replay")
-			return f.run(cmd.Context())
+			return f.run(cmd.Context(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -98,14 +99,16 @@ its own sequence tracking, and its gaps are replayed from
 	return cmd
 }
 
-func (f *flags) run(ctx context.Context) error {
+// run runs the bridge, logging to stderr (the command's ErrOrStderr, so an
+// in-process caller reads the lines, the bound address among them).
+func (f *flags) run(ctx context.Context, stderr io.Writer) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
 	if err := f.kafka.ValidateBrokers(); err != nil {
 		return err
 	}
-	log, err := f.logging.Logger()
+	log, err := f.logging.LoggerTo(stderr)
 	if err != nil {
 		return err
 	}

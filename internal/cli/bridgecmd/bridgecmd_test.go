@@ -2,6 +2,7 @@ package bridgecmd
 
 import (
 	"context"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -90,19 +91,22 @@ func TestRun(t *testing.T) {
 func TestRunBind(t *testing.T) {
 	// --zmq-bind: a pod connects as llm-d's pods do, and its topic names
 	// the record's key and model.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(20*time.Second))
 	defer cancel()
 	k := testutil.StartKafka(t, "events", 2)
 	consumer := bridgetest.NewConsumer(t, k.Brokers, "events")
-	addr := testutil.FreeAddr(t)
 	runCtx, stop := context.WithCancel(ctx)
 	cmd := NewCommand()
 	cmd.SetArgs([]string{
-		"--zmq-bind", "tcp://" + addr, "--brokers", strings.Join(k.Brokers, ","), "--topic", "events",
-		"--metrics-listen", "127.0.0.1:0", "--log-level", "error",
+		"--zmq-bind", "tcp://127.0.0.1:0", "--brokers", strings.Join(k.Brokers, ","), "--topic", "events",
+		"--metrics-listen", "127.0.0.1:0", "--log-level", "info",
 	})
+	var out testutil.SyncBuffer
+	cmd.SetErr(&out)
 	done := make(chan error, 1)
 	go func() { done <- cmd.ExecuteContext(runCtx) }()
+	// The bound address, read back from the bridge's log line.
+	addr := out.WaitMatch(t, regexp.MustCompile(`listening for publishers.*addr=tcp://(\S+)`), 20*time.Second)
 	cfg := enginesim.DefaultConfig()
 	cfg.Connect, cfg.Topic, cfg.ReplayAddr, cfg.FirstSeq = addr, "kv@10.0.0.7:8000@org/m", "", 1
 	eng, err := enginesim.New(cfg)

@@ -1,11 +1,9 @@
 package standalonecmd
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"strings"
-	"sync"
+	"regexp"
 	"testing"
 	"time"
 
@@ -13,25 +11,6 @@ import (
 	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
-
-// syncBuffer is a bytes.Buffer safe for the command's writes and the
-// test's reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestStandaloneMutualTLS runs `kvindex standalone` with the TLS flags
 // the README documents: its gRPC listener answers a client with a
@@ -41,16 +20,14 @@ func TestStandaloneMutualTLS(t *testing.T) {
 	ca := testcerts.NewCA(t, dir, "kvindex")
 	srv := ca.Issue(t, "standalone", "127.0.0.1")
 	router := ca.Issue(t, "router")
-	grpcAddr := testutil.FreeAddr(t)
-
 	cmd := NewCommand()
 	cmd.SetArgs([]string{
 		"--data-dir", dir + "/data",
-		"--etcd-listen", testutil.FreeAddr(t), "--kafka-listen", testutil.FreeAddr(t),
-		"--listen", grpcAddr, "--metrics-listen", testutil.FreeAddr(t),
+		"--etcd-listen", "127.0.0.1:0", "--kafka-listen", "127.0.0.1:0",
+		"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
 		"--tls-cert-file", srv.CertFile, "--tls-key-file", srv.KeyFile, "--tls-client-ca-file", ca.File,
 	})
-	var out syncBuffer
+	var out testutil.SyncBuffer
 	cmd.SetOut(&out)
 	cmd.SetErr(&out)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -62,18 +39,11 @@ func TestStandaloneMutualTLS(t *testing.T) {
 			t.Errorf("standalone: %v\n%s", err, out.String())
 		}
 	}()
-	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(out.String(), "ready") {
-		if time.Now().After(deadline) {
-			t.Fatalf("standalone not ready after a minute:\n%s", out.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if want := "grpc: " + grpcAddr + " (mutual TLS)"; !strings.Contains(out.String(), want) {
-		t.Fatalf("output lacks %q:\n%s", want, out.String())
-	}
+	out.WaitMatch(t, regexp.MustCompile(`(?m)^ready`), time.Minute)
+	// The bound address, read back from what the command printed.
+	grpcAddr := out.WaitMatch(t, regexp.MustCompile(`grpc: (\S+) \(mutual TLS\)`), time.Second)
 	list := func(opts ...client.Option) error {
-		c, err := client.New(grpcAddr, append(opts, client.WithTimeout(5*time.Second), client.WithMaxAttempts(1))...)
+		c, err := client.New(grpcAddr, append(opts, client.WithTimeout(testutil.Timeout(5*time.Second)), client.WithMaxAttempts(1))...)
 		if err != nil {
 			t.Fatal(err)
 		}

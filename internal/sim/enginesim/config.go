@@ -13,8 +13,15 @@ type Config struct {
 	PubAddr string
 	// ReplayAddr is the host:port of the ROUTER replay socket. Default
 	// "127.0.0.1:0"; "" means the engine has no replay socket (vLLM's
-	// replay_endpoint=None).
+	// replay_endpoint=None). Ignored when ReplayListener is set.
 	ReplayAddr string
+	// ReplayListener, when set, is an already-open listener the replay
+	// socket serves on instead of binding ReplayAddr, so a test can bind
+	// first and name the port before the engine exists (ListenSamePort).
+	// The engine owns it from New on, also when New fails: Close (or a
+	// Restart) closes it, and a Restart binds its address again. Default
+	// nil.
+	ReplayListener net.Listener
 	// BufferSize is how many of the newest batches the replay buffer keeps
 	// (vLLM's buffer_steps). Default 10,000; must be at least 1.
 	BufferSize int
@@ -63,7 +70,7 @@ func (c Config) Validate() error {
 	} else if _, _, err := net.SplitHostPort(c.PubAddr); err != nil {
 		return fmt.Errorf("%w: PubAddr %q: %v", ErrInvalidConfig, c.PubAddr, err)
 	}
-	if c.ReplayAddr != "" {
+	if c.ReplayAddr != "" && c.ReplayListener == nil {
 		if _, _, err := net.SplitHostPort(c.ReplayAddr); err != nil {
 			return fmt.Errorf("%w: ReplayAddr %q: %v", ErrInvalidConfig, c.ReplayAddr, err)
 		}

@@ -79,6 +79,9 @@ type Engine struct {
 	stopDial   chan struct{} // closed to stop the current process's dial loop
 	pubAddr    string
 	replayAddr string
+	// givenReplayL is Config.ReplayListener until the first start serves
+	// on it.
+	givenReplayL net.Listener
 	// changed is closed and replaced whenever the set of subscribed
 	// subscribers changes (WaitSubscribed waits on it).
 	changed chan struct{}
@@ -112,6 +115,9 @@ func (s *subscriber) matches(topic string) bool {
 // configured) and starts serving. The caller must Close the engine.
 func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
+		if cfg.ReplayListener != nil {
+			cfg.ReplayListener.Close()
+		}
 		return nil, err
 	}
 	e := &Engine{
@@ -124,6 +130,9 @@ func New(cfg Config) (*Engine, error) {
 		pubAddr:    cfg.PubAddr,
 		replayAddr: cfg.ReplayAddr,
 		seq:        cfg.FirstSeq,
+	}
+	if cfg.ReplayListener != nil {
+		e.givenReplayL, e.replayAddr = cfg.ReplayListener, cfg.ReplayListener.Addr().String()
 	}
 	if cfg.Connect != "" {
 		e.pubAddr = cfg.Connect
@@ -337,13 +346,18 @@ func (e *Engine) start(ctx context.Context) error {
 	var lc net.ListenConfig
 	var pubL net.Listener
 	var err error
+	given := e.givenReplayL
+	e.givenReplayL = nil
 	if e.cfg.Connect == "" {
 		if pubL, err = lc.Listen(ctx, "tcp", e.pubAddr); err != nil {
+			if given != nil {
+				given.Close()
+			}
 			return fmt.Errorf("enginesim: listening for PUB on %s: %w", e.pubAddr, err)
 		}
 	}
-	var replayL net.Listener
-	if e.replayAddr != "" {
+	replayL := given
+	if replayL == nil && e.replayAddr != "" {
 		if replayL, err = lc.Listen(ctx, "tcp", e.replayAddr); err != nil {
 			if pubL != nil {
 				pubL.Close()

@@ -335,3 +335,32 @@ func ExampleEngine() {
 	fmt.Println("published seq", seq, "next", e.NextSeq())
 	// Output: published seq 0 next 1
 }
+
+func TestReplayListenerSamePort(t *testing.T) {
+	// Three engines, one replay port: each serves replays on the listener
+	// ListenSamePort opened for it, also after a Restart.
+	hosts := []string{"127.0.0.2", "127.0.0.3", "127.0.0.4"}
+	ls, port, err := ListenSamePort(testCtx(t), hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, h := range hosts {
+		e := startEngine(t, func(c *Config) { c.ReplayListener = ls[i] })
+		want := fmt.Sprintf("tcp://%s:%d", h, port)
+		if got := e.ReplayEndpoint(); got != want {
+			t.Fatalf("engine %d: ReplayEndpoint() = %q, want %q", i, got, want)
+		}
+		publish(t, e, "a")
+		if d := cmp.Diff(msgs(0, "a"), replay(t, e, 0)); d != "" {
+			t.Errorf("engine %d: replay (-want +got):\n%s", i, d)
+		}
+		if i == 0 {
+			if err := e.Restart(testCtx(t)); err != nil {
+				t.Fatal(err)
+			}
+			if got := e.ReplayEndpoint(); got != want {
+				t.Fatalf("after Restart: ReplayEndpoint() = %q, want %q", got, want)
+			}
+		}
+	}
+}

@@ -32,7 +32,7 @@ const benchPublishers = 64
 // to the same kind of kfake broker by one franz-go client, read back by
 // the same kind of consumer. ratio = bridge time / reference time.
 func BenchmarkBind(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(10*time.Minute))
 	defer cancel()
 	n := max(b.N, benchPublishers)
 	per := (n + benchPublishers - 1) / benchPublishers

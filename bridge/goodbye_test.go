@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // TestGoodbyeBoundedWithKafkaAndEngineDown stops a bridge after both Kafka
@@ -35,7 +36,7 @@ func TestGoodbyeBoundedWithKafkaAndEngineDown(t *testing.T) {
 		if err == nil {
 			t.Error("Run returned nil; want the goodbye's produce error")
 		}
-	case <-time.After(20 * time.Second):
+	case <-time.After(testutil.Timeout(20 * time.Second)):
 		t.Fatal("Run still running 20 s after the stop, with FlushTimeout 300ms and GracePeriod 2s")
 	}
 	checkMetrics(t, cfg, map[string]float64{

@@ -67,7 +67,7 @@ func replayAnswer(t *testing.T, ctx context.Context, addr string, from uint64) [
 		t.Fatal(err)
 	}
 	defer raw.Close()
-	if err := raw.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+	if err := raw.SetDeadline(time.Now().Add(testutil.Timeout(10 * time.Second))); err != nil {
 		t.Fatal(err)
 	}
 	zc, err := zmq4.Open(raw, null.Security(), zmq4.Dealer, nil, false, nil)
@@ -102,7 +102,7 @@ func replayAnswer(t *testing.T, ctx context.Context, addr string, from uint64) [
 func TestRecordedReplayFramesReproduced(t *testing.T) {
 	for _, name := range recordings {
 		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 			defer cancel()
 			rec := loadRecording(t, name)
 			answers := rec.ReplayAnswers()

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // BenchmarkSubReceive compares the two ways the bind mode could take
@@ -33,7 +34,7 @@ func BenchmarkSubReceive(b *testing.B) {
 
 func benchSubReceive(b *testing.B, impl string) {
 	const publishers = 64
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(5*time.Minute))
 	defer cancel()
 	per := max(1, b.N/publishers)
 	n := per * publishers

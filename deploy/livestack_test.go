@@ -34,7 +34,7 @@ func engineStack(t *testing.T, files ...string) (*stack.Stack, *client.Client) {
 			ic.LivenessWindow = time.Hour
 		}
 	})
-	idx, err := client.New(s.GRPCAddr(), client.WithTimeout(30*time.Second))
+	idx, err := client.New(s.GRPCAddr(), client.WithTimeout(testutil.Timeout(30*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func engineStack(t *testing.T, files ...string) (*stack.Stack, *client.Client) {
 		t.Fatal(err)
 	}
 	defer prod.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	dir := filepath.Join(testutil.RepoRoot(t), "testdata", "fixtures", "scenarios")
 	for _, f := range files {
@@ -65,7 +65,7 @@ func engineStack(t *testing.T, files ...string) (*stack.Stack, *client.Client) {
 // httpGet fetches url and returns its status and body.
 func httpGet(t *testing.T, url string) (int, []byte) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {

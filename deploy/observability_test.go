@@ -573,7 +573,7 @@ func TestObservedMetricsExist(t *testing.T) {
 	}
 	s, idx := engineStack(t, "p01_shared_prefix.jsonl", "p05_tiers_and_offload.jsonl", "p08_bad_records_skipped.jsonl",
 		"p10_signed_hashes_and_mediums.jsonl", "p11_goodbye_resync_heartbeat.jsonl", "e05_hybrid_attention_group.jsonl")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	if _, err := idx.ListEndpoints(ctx, ""); err != nil {
 		t.Fatal(err)

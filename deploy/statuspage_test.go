@@ -46,7 +46,7 @@ func TestStatusPageInBrowser(t *testing.T) {
 	chrome := chromiumPath(t)
 	s, idx := engineStack(t, "p05_tiers_and_offload.jsonl", "p06_data_parallel_ranks.jsonl", "p09_names_and_models.jsonl")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	list, err := idx.ListEndpoints(ctx, "")
 	if err != nil {

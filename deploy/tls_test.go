@@ -307,7 +307,7 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 					local[flag] = localPath(t, filepath.Join(dir, k.W.Name), k.W, k.C, f, secrets)
 				}
 			}
-			err := dial(common.Etcd{DialTimeout: 5 * time.Second, CACert: local["etcd-cacert"], Cert: local["etcd-cert"], Key: local["etcd-key"]})
+			err := dial(common.Etcd{DialTimeout: testutil.Timeout(5 * time.Second), CACert: local["etcd-cacert"], Cert: local["etcd-cert"], Key: local["etcd-key"]})
 			if err != nil {
 				t.Fatalf("with its flags %v: %v", local, err)
 			}
@@ -318,7 +318,7 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 	}
 	// etcdctl inside a member: the server certificate as a client one.
 	t.Run("etcdctl_in_member", func(t *testing.T) {
-		if err := dial(common.Etcd{DialTimeout: 5 * time.Second, CACert: tls.TrustedCAFile, Cert: tls.CertFile, Key: tls.KeyFile}); err != nil {
+		if err := dial(common.Etcd{DialTimeout: testutil.Timeout(5 * time.Second), CACert: tls.TrustedCAFile, Cert: tls.CertFile, Key: tls.KeyFile}); err != nil {
 			t.Fatalf("the server certificate as a client certificate: %v", err)
 		}
 	})
@@ -328,11 +328,11 @@ func runMutualTLS(t *testing.T, b *build, w *workload) {
 		// alert, read as the first response.
 		pool := x509.NewCertPool()
 		pool.AppendCertsFromPEM(pki.caPEM)
-		conn, err := cryptotls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", client.Host,
+		conn, err := cryptotls.DialWithDialer(&net.Dialer{Timeout: testutil.Timeout(5 * time.Second)}, "tcp", client.Host,
 			&cryptotls.Config{RootCAs: pool, ServerName: "localhost"})
 		if err == nil {
 			defer conn.Close()
-			_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+			_ = conn.SetDeadline(time.Now().Add(testutil.Timeout(5 * time.Second)))
 			_, err = conn.Read(make([]byte, 1))
 		}
 		if err == nil || !strings.Contains(err.Error(), "certificate required") {

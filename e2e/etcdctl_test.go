@@ -90,7 +90,7 @@ func (r *recipes) run(start string) string {
 	r.t.Helper()
 	dir := etcdctlDir(r.t)
 	line := r.subs.Replace(r.line(start))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "-o", "pipefail", "-c", line)
 	cmd.Env = append(os.Environ(), "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "ETCDCTL_ENDPOINTS="+r.url)
@@ -297,7 +297,7 @@ func runScenario(t *testing.T, st *stack.Stack, file string) {
 	}
 	defer prod.Close()
 	idx := newClient(t, st.GRPCAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	res, err := replay.Run(ctx, replay.Target{Producer: prod, Topic: st.Topic(), Index: idx}, s)
 	if err != nil || len(res.Mismatches) > 0 {

@@ -154,7 +154,7 @@ func (r *replica) lists(t *testing.T) float64 {
 
 func newClient(t *testing.T, target string) *client.Client {
 	t.Helper()
-	c, err := client.New(target, client.WithTimeout(30*time.Second))
+	c, err := client.New(target, client.WithTimeout(testutil.Timeout(30*time.Second)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -137,7 +137,7 @@ func TestSecuredPipeline(t *testing.T) {
 	}
 	etcdFlags := func(cn, user, passwordFile string) *common.Etcd {
 		pair := ca.Issue(t, cn)
-		return &common.Etcd{Endpoints: srv.Endpoints(), Prefix: ks.Prefix(), DialTimeout: 20 * time.Second,
+		return &common.Etcd{Endpoints: srv.Endpoints(), Prefix: ks.Prefix(), DialTimeout: testutil.Timeout(20 * time.Second),
 			CACert: ca.File, Cert: pair.CertFile, Key: pair.KeyFile, Username: user, PasswordFile: passwordFile}
 	}
 	dial := func(f *common.Etcd) *clientv3.Client {
@@ -219,7 +219,7 @@ func TestSecuredPipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	idx, err := client.New(x.Addr().String(), append(copts, client.WithTimeout(30*time.Second))...)
+	idx, err := client.New(x.Addr().String(), append(copts, client.WithTimeout(testutil.Timeout(30*time.Second)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestSecuredPipeline(t *testing.T) {
 	})
 	t.Run("plaintext_and_certificateless_index_clients_refused", func(t *testing.T) {
 		for _, opts := range [][]client.Option{nil, {client.WithTLSCAFile(ca.File)}} {
-			c, err := client.New(x.Addr().String(), append(opts, client.WithTimeout(2*time.Second), client.WithMaxAttempts(1))...)
+			c, err := client.New(x.Addr().String(), append(opts, client.WithTimeout(testutil.Timeout(2*time.Second)), client.WithMaxAttempts(1))...)
 			if err != nil {
 				t.Fatal(err)
 			}

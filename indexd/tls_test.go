@@ -83,7 +83,7 @@ func TestMutualTLS(t *testing.T) {
 	addr := r.srv.Addr().String()
 	lookup := func(opts ...client.Option) (*client.LookupResult, error) {
 		t.Helper()
-		cl, err := client.New(addr, append(opts, client.WithTimeout(2*time.Second), client.WithMaxAttempts(1))...)
+		cl, err := client.New(addr, append(opts, client.WithTimeout(testutil.Timeout(2*time.Second)), client.WithMaxAttempts(1))...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -94,7 +94,7 @@ func TestClaimCostsItsPartition(t *testing.T) {
 	reads := &readCounter{calls: map[string]int{}}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   e.etcd.Endpoints,
-		DialTimeout: 5 * time.Second,
+		DialTimeout: testutil.Timeout(5 * time.Second),
 		DialOptions: []grpc.DialOption{
 			grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithChainUnaryInterceptor(reads.intercept),

@@ -385,7 +385,7 @@ func TestLeaseRecountsBounded(t *testing.T) {
 func TestSplitWindowRepairsExpiredLease(t *testing.T) {
 	const topic = "split-repair"
 	e := newEnv(t, 1, []string{topic})
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	cfg := e.config(t, topic, "g-"+topic, "/kvindex/"+topic+"/")
 	cfg.MaxTxnOps = 16

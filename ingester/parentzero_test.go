@@ -16,6 +16,7 @@ import (
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -23,7 +24,7 @@ import (
 // holds no block 0, so it means "no parent" (DESIGN "Hashing", parent 0);
 // on an endpoint that holds a block 0 it is that block.
 func TestTokenModeParentZero(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	e := newEnv(t, 1, []string{"tok-p0"})
 	tr := startToken(t, e, "tok-p0", "/kvindex/tok-p0/", nil)
@@ -60,7 +61,7 @@ func TestTokenModeParentZero(t *testing.T) {
 // their engine hashes, and none is skipped as unknown_parent (issue 25:
 // 169 stores were, and the index stayed empty).
 func TestTokenModeRecordedSim(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
 	rec, err := bridgetest.LoadRecording("../testdata/llmd-sim", "array")
 	if err != nil {

@@ -28,7 +28,7 @@ func TestCleanStopRevokesRegistration(t *testing.T) {
 	core, logs := observer.New(zap.WarnLevel)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   e.etcd.Endpoints,
-		DialTimeout: 5 * time.Second,
+		DialTimeout: testutil.Timeout(5 * time.Second),
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		Logger:      zap.New(core),
 	})

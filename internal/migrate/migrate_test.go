@@ -245,7 +245,7 @@ func (f *fixture) run(t *testing.T, change func(*Config)) (*Report, error) {
 	if change != nil {
 		change(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(time.Minute))
 	defer cancel()
 	return Run(ctx, cfg)
 }

@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/goleak"
+
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -135,7 +137,7 @@ func TestIdleKeepAliveConnectionsAreClosed(t *testing.T) {
 	}
 	// Every connection now idles: each must be closed by the server.
 	for i, c := range open {
-		if err := c.SetReadDeadline(time.Now().Add(5 * time.Second)); err != nil {
+		if err := c.SetReadDeadline(time.Now().Add(testutil.Timeout(5 * time.Second))); err != nil {
 			t.Fatal(err)
 		}
 		if n, err := c.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {

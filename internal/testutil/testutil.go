@@ -61,7 +61,7 @@ func startEtcd(t testing.TB, dir string, opts ...EtcdOption) *Etcd {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout(30*time.Second))
 	defer cancel()
 	// etcdembed.Start picks again when a free port it picked is taken
 	// before etcd listens on it.
@@ -95,7 +95,7 @@ func (e *Etcd) Stop() {
 func NewEtcdClient(endpoints []string) (*clientv3.Client, error) {
 	return clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
+		DialTimeout: Timeout(5 * time.Second),
 		DialOptions: []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
 		Logger:      nil,
 	})

@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, LeakOptions()...) }
 
 func TestEtcdAndKafkaStart(t *testing.T) {
 	e := StartEtcd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout(10*time.Second))
 	defer cancel()
 	if _, err := e.Client.Put(ctx, "/k", "v"); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvindex/kvindex/internal/testcerts"
+	"github.com/kvindex/kvindex/internal/testutil"
 )
 
 // serve accepts TLS connections on a loopback port with cfg, finishing
@@ -49,13 +50,13 @@ func serve(t *testing.T, cfg *tls.Config) string {
 // handshake dials addr with cfg and returns the server's leaf common name.
 func handshake(t *testing.T, addr string, cfg *tls.Config) (string, error) {
 	t.Helper()
-	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", addr, cfg)
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: testutil.Timeout(5 * time.Second)}, "tcp", addr, cfg)
 	if err != nil {
 		return "", err
 	}
 	defer c.Close()
 	// TLS 1.3 reports a refused client certificate on the first read.
-	c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	c.SetReadDeadline(time.Now().Add(testutil.Timeout(200 * time.Millisecond)))
 	if _, err := c.Read(make([]byte, 1)); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 		return "", err
 	}

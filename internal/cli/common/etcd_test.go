@@ -103,7 +103,7 @@ func TestEtcdWrongPasswordNotShown(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	f := Etcd{Endpoints: e.Endpoints, DialTimeout: 5 * time.Second, Username: "root", PasswordFile: pw}
+	f := Etcd{Endpoints: e.Endpoints, DialTimeout: testutil.Timeout(5 * time.Second), Username: "root", PasswordFile: pw}
 	cli, err := f.Client(ctx, slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	if err == nil {
 		_, err = cli.Get(ctx, "/kvindex/")

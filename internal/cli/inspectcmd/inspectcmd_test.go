@@ -90,7 +90,7 @@ func run(t *testing.T, e *testutil.Etcd, args ...string) string {
 
 func runErr(t *testing.T, e *testutil.Etcd, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
 	defer cancel()
 	cmd := NewCommand()
 	var out bytes.Buffer

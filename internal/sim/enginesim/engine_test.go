@@ -49,7 +49,7 @@ func dial(t *testing.T, endpoint string, typ zmq4.SocketType) (*zmq4.Conn, net.C
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { raw.Close() })
-	raw.SetDeadline(time.Now().Add(10 * time.Second))
+	raw.SetDeadline(time.Now().Add(testutil.Timeout(10 * time.Second)))
 	zc, err := zmq4.Open(raw, null.Security(), typ, nil, false, nil)
 	if err != nil {
 		t.Fatal(err)

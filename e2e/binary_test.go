@@ -94,6 +94,7 @@ func fixture(t *testing.T, name string) string {
 // subtest per file, run in parallel (each `kvindex replay FILE` starts a
 // stack of its own), so no single test replays them all in a row.
 func TestReplayBinary(t *testing.T) {
+	t.Parallel()
 	for _, f := range fixtures(t) {
 		t.Run(strings.TrimSuffix(filepath.Base(f), ".jsonl"), func(t *testing.T) {
 			t.Parallel()
@@ -281,6 +282,7 @@ func lookup(t *testing.T, grpc string, args ...string) lookupJSON {
 // a busy port naming the flag to change, stops cleanly on Ctrl-C, and
 // keeps its etcd data and Kafka log across a restart.
 func TestStandaloneBinary(t *testing.T) {
+	t.Parallel()
 	dataDir := t.TempDir()
 	s := startStandalone(t, dataDir)
 	lines := s.waitLine(t, "ready")

@@ -532,6 +532,7 @@ func (e *simEndpoint) checkResynced(t *testing.T, label string) {
 // cache (or, after lost batches, as the reference model of the records
 // the bridge produced, never holding a block the engine does not hold).
 func TestBridgeThroughPipeline(t *testing.T) {
+	t.Parallel()
 	seed := genSeed(t)
 	rig := newBridgeRig(t)
 
@@ -879,6 +880,7 @@ func prefixed(s *scenario.Scenario, prefix string, expect [][]scenario.Match) *s
 //     skipped record looks like a gap), so a fixture mixing them with seq
 //     headers would need another mapping; none does.
 func TestFixturesThroughBridge(t *testing.T) {
+	t.Parallel()
 	scenarios, err := scenario.Glob(testutil.ScenarioGlob(t))
 	if err != nil {
 		t.Fatal(err)

@@ -39,6 +39,7 @@ const (
 // new connection works afterwards. Without the limits, the flood takes
 // every descriptor and accept fails with "too many open files".
 func TestIdleConnectionFlood(t *testing.T) {
+	t.Parallel()
 	e := testutil.StartEtcd(t)
 	ctx := testutil.Context(t, 3*time.Minute)
 	cmd := exec.CommandContext(ctx, "sh", "-c", `ulimit -n `+strconv.Itoa(fdLimit)+` && exec "$0" "$@"`, kvindexBin(t), "indexd",

@@ -160,6 +160,7 @@ func checkRecipes(t *testing.T, url string, blocks []string) keyspace.EndpointRe
 // binary output matters: a token-mode chunk (width 16) and key hashes
 // holding newline bytes, which only -w json carries intact.
 func TestREADMEEtcdctlRecipes(t *testing.T) {
+	t.Parallel()
 	e := testutil.StartEtcd(t)
 	ctx := context.Background()
 	ks := keyspace.Default()
@@ -199,6 +200,7 @@ func TestREADMEEtcdctlRecipes(t *testing.T) {
 // what the README says they show; then `kvindex inspect` against the same
 // etcd.
 func TestREADMEEtcdctlCommands(t *testing.T) {
+	t.Parallel()
 	st := stacktest.Start(t, func(c *stack.Config) {
 		c.Ingester = func(c *ingester.Config) { c.HashMode = keyspace.HashModeEngine } // p09 names engine hashes
 	})

@@ -75,6 +75,7 @@ func servingIndexd(t *testing.T, cli *clientv3.Client) string {
 // gRPC's default 4 MiB receive limit (the test checks that it is). The client walks the pages
 // and gets every endpoint, in order.
 func TestListEndpointsManyLongNames(t *testing.T) {
+	t.Parallel()
 	const n, podLen = 12000, 480
 	e := testutil.StartEtcd(t)
 	ks := keyspace.Default()

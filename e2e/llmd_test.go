@@ -25,6 +25,7 @@ import (
 // a dropped connection the pod redials, indexd answers for each pod
 // exactly what that engine's cache holds.
 func TestBindBridgeThroughPipeline(t *testing.T) {
+	t.Parallel()
 	seed := genSeed(t)
 	rig := newBridgeRig(t)
 	ctx := bridgeCtx(t)

@@ -182,6 +182,7 @@ func outageLogger() *slog.Logger {
 // plus the grace. Before the outage rule, the first records after the gap
 // expired every endpoint.
 func TestOutageThroughPipeline(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("waits out twice the liveness window, twice")
 	}

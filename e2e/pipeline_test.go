@@ -288,6 +288,7 @@ func genSeed(t *testing.T) uint64 {
 // every checkpoint both replicas must answer exactly as the reference
 // model.
 func TestRandomStreamThroughPipeline(t *testing.T) {
+	t.Parallel()
 	seed := genSeed(t)
 	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 3000, Pods: 5})
 	model := refmodel.New(refmodel.Config{})
@@ -334,6 +335,7 @@ func TestRandomStreamThroughPipeline(t *testing.T) {
 // converge to the reference model with no stale entry, while a replica that
 // stayed connected agrees throughout.
 func TestCompactionWhileIndexdDisconnected(t *testing.T) {
+	t.Parallel()
 	seed := genSeed(t)
 	recs := refmodel.Generate(refmodel.GenConfig{Seed: seed, Records: 1500, Pods: 4})
 	model := refmodel.New(refmodel.Config{})

@@ -115,6 +115,7 @@ func writeSecret(t *testing.T, dir, name, value string) string {
 // bridge's batches reach the index, and each principal is refused what
 // its role does not cover.
 func TestSecuredPipeline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ca := testcerts.NewCA(t, dir, "kvindex")
 	ks := keyspace.Default()

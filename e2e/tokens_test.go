@@ -51,6 +51,7 @@ func tokenBatch(t *testing.T, hashes []uint64, toks []uint32, bs int, lora strin
 // (mm_hash, offset) tuple and a cache salt) key the same as a router's
 // request with those extras.
 func TestTokenLookupThroughPipeline(t *testing.T) {
+	t.Parallel()
 	p := newPipeline(t, 2)
 	p.ingester("ing-0", func(c *ingester.Config) { c.HashMode = keyspace.HashModeToken })
 	r := p.replica()

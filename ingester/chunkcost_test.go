@@ -223,6 +223,7 @@ func runChunkCost(t *testing.T, s chunkCostStream, rule chunkRule, windowOps int
 // that under tail-first eviction the merge rule keeps chunks fuller than
 // no merge does.
 func TestChunkRuleCost(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("replays the Mooncake trace")
 	}

@@ -59,6 +59,7 @@ func (c *readCounter) read() (int, map[string]int) {
 // cost would grow with the cluster). Many endpoints of another topic, each
 // on a lease of its own, share the keyspace.
 func TestClaimCostsItsPartition(t *testing.T) {
+	t.Parallel()
 	const topic, others = "claim", 300
 	e := newEnv(t, 1, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

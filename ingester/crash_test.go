@@ -53,13 +53,19 @@ func perPartitionModel(recs []refmodel.Record, parts []int32, window time.Durati
 // and byte for byte (the chunk layout depends only on the op sequence),
 // and the reference model's prediction. Chunks of 4 with a merge below 2
 // put every chunk-rule boundary (fill, open, merge, empty) in play.
-func TestCrashReplay(t *testing.T) { testCrashReplay(t, keyspace.HashModeEngine) }
+func TestCrashReplay(t *testing.T) {
+	t.Parallel()
+	testCrashReplay(t, keyspace.HashModeEngine)
+}
 
 // TestCrashReplayTokenMode is TestCrashReplay in token mode: every restart
 // rebuilds the engine-hash maps from etcd before replaying, so the crashed
 // run must key and remove exactly as the clean run and the reference model
 // in token mode do.
-func TestCrashReplayTokenMode(t *testing.T) { testCrashReplay(t, keyspace.HashModeToken) }
+func TestCrashReplayTokenMode(t *testing.T) {
+	t.Parallel()
+	testCrashReplay(t, keyspace.HashModeToken)
+}
 
 func testCrashReplay(t *testing.T, mode keyspace.HashMode) {
 	seed := uint64(time.Now().UnixNano())

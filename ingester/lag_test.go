@@ -18,6 +18,7 @@ import (
 // from the topic's end offsets, listed every second). It used to freeze
 // at its value before the stall.
 func TestLagGrowsWhileWorkerRetries(t *testing.T) {
+	t.Parallel()
 	const topic = "lag"
 	e := newEnv(t, 1, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

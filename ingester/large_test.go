@@ -39,6 +39,7 @@ func chain(n int, seed uint64) []uint64 {
 // window is 625 chunk puts, split into parts), their chunk keys spread
 // over lease shards of bounded size; removals and a clear empty them.
 func TestLargeEvents(t *testing.T) {
+	t.Parallel()
 	const topic = "large"
 	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(128))
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

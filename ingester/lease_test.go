@@ -52,6 +52,7 @@ func shortLeases(cfg *Config) {
 // sends heartbeats stays; once the ingester is gone too, the survivor's
 // keys go when its leases expire.
 func TestLivenessExpiry(t *testing.T) {
+	t.Parallel()
 	const topic = "live"
 	e := newEnv(t, 1, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
@@ -141,6 +142,7 @@ func outlives(t *testing.T, ctx context.Context, cli *clientv3.Client, r *runnin
 // heartbeats keeps its blocks across an ingester restart and a rebalance:
 // each new owner adopts and renews the recorded leases.
 func TestLeasesSurviveRestartAndRebalance(t *testing.T) {
+	t.Parallel()
 	const topic = "keep"
 	e := newEnv(t, 2, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
@@ -303,6 +305,7 @@ func TestExpiredLeaseRegranted(t *testing.T) {
 // keys spread over enough leases that none holds more than KeysPerLease.
 // Chunks of one block make every block a key of its own.
 func TestLeaseRecountsBounded(t *testing.T) {
+	t.Parallel()
 	const topic = "recount"
 	e := newEnv(t, 1, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

@@ -89,6 +89,7 @@ func TestStalledPartitionDoesNotHoldUpOthers(t *testing.T) {
 // rebalances, which BlockRebalanceOnPoll holds off between polls). Once the
 // worker catches up, the partition resumes and nothing is lost.
 func TestFullQueuePausesPartition(t *testing.T) {
+	t.Parallel()
 	const topic = "full"
 	e := newEnv(t, 2, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

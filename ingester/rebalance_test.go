@@ -21,6 +21,7 @@ import (
 // the other takes its partitions over. The final etcd contents equal those
 // of a run with one ingester and no rebalance, and the reference model's.
 func TestRebalance(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	const topic = "rebalance"

@@ -81,6 +81,7 @@ func TestCleanStopRevokesRegistration(t *testing.T) {
 // behind the ingester's back (revoked here, as etcd expires a lease nobody
 // could renew), the ingester registers again on a new lease.
 func TestRegistrationSurvivesLeaseLoss(t *testing.T) {
+	t.Parallel()
 	const topic = "reregister"
 	e := newEnv(t, 1, []string{topic})
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))

@@ -25,6 +25,7 @@ func ingesttestProducer(t *testing.T, brokers []string) *kgo.Client {
 // and checks each lookup step against the block keys in etcd once the
 // publishes before it are applied; the reference model must agree.
 func TestScenarios(t *testing.T) {
+	t.Parallel()
 	scs, err := scenario.Glob(testutil.ScenarioGlob(t))
 	if err != nil {
 		t.Fatal(err)

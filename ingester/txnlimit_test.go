@@ -22,6 +22,7 @@ import (
 // minTxnOps; the probes leave etcd's revision where it was (they are
 // read-only).
 func TestEtcdTxnLimit(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		etcd    uint
 		want    int

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 

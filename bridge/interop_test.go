@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 )
 
 // pyPublisher is testdata/zmq_publisher.py: a vLLM-like publisher on real

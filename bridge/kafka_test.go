@@ -17,7 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 

@@ -20,9 +20,9 @@ import (
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/cli"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/wiring/cli"
 )
 
 // requiredFlags are the flags each role must be given in a cluster: the

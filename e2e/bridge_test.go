@@ -18,18 +18,18 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/bridgetest"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/wiring/replay"
 )
 
 // This file runs the bridge in the whole pipeline: a simulated vLLM engine

@@ -12,16 +12,16 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/bridgetest"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
-	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/stack"
 )
 
 // The outage test's windows, short so that twice the liveness window is

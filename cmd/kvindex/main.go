@@ -11,7 +11,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kvindex/kvindex/internal/cli"
+	"github.com/kvindex/kvindex/wiring/cli"
 )
 
 func main() {

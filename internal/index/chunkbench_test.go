@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/bench/paired"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/sim/bench"
-	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

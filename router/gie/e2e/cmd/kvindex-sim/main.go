@@ -29,7 +29,7 @@ import (
 	"github.com/go-logr/logr"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kvindex/kvindex/internal/sim/bench"
+	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/router/gie/e2e/internal/sim"
 )
 

@@ -43,9 +43,10 @@ test-short:
 bench:
 	@$(call in-modules,$(GO) test -run '^$$' -bench . -benchmem $(PKGS))
 
-## build: the kvindex binary into bin/
+## build: the kvindex binary and the benchmark tool kvindex-bench into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvindex ./cmd/kvindex
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvindex-bench ./cmd/kvindex-bench
 
 ## lint: go vet (every module), gofmt and buf lint
 lint:

@@ -18,7 +18,7 @@ import (
 )
 
 // The Go benchmarks of the system-level figures. They share their
-// measuring code with `kvindex bench` (LookupCost, HeapBytes, GRPCLookup,
+// measuring code with `kvindex-bench` (LookupCost, HeapBytes, GRPCLookup,
 // IngestRun, ColdStartRun); here the workloads are the synthetic index
 // shapes BENCHMARKS.md reports next to the trace-based ones.
 
@@ -130,7 +130,7 @@ func BenchmarkLookup(b *testing.B) {
 }
 
 // BenchmarkTraceLookup is BenchmarkLookup on the trace workload of
-// `kvindex bench lookup`: 1M entries of the bundled trace over 16
+// `kvindex-bench lookup`: 1M entries of the bundled trace over 16
 // endpoints, each query a trace request.
 func BenchmarkTraceLookup(b *testing.B) {
 	const n = 1_000_000

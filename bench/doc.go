@@ -1,5 +1,5 @@
 // Package bench holds kvindex's measuring instruments: the code behind
-// `kvindex bench fleet|ingest|lookup|coldstart` and the Go benchmarks of
+// `kvindex-bench fleet|ingest|lookup|coldstart` and the Go benchmarks of
 // the hot paths (`make bench`), so each figure is measured by one
 // implementation whichever way it is run.
 //
@@ -27,6 +27,7 @@
 // kfake broker, ingesters and indexd replicas, all sharing the machine's
 // cores with the load generator, as BENCHMARKS.md states.
 //
-// Not production code (internal/sim): the binary links it only for the
-// `kvindex bench` command.
+// Not production code: only the `kvindex-bench` command
+// (cmd/kvindex-bench) and the routing simulator's report link it;
+// cmd/kvindex's deps test keeps it out of the product binary.
 package bench

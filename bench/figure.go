@@ -141,7 +141,7 @@ func clean(x float64) float64 {
 
 // Report is what one bench command measured.
 type Report struct {
-	// Title heads the text table ("kvindex bench lookup").
+	// Title heads the text table ("kvindex-bench lookup").
 	Title   string
 	Figures []Figure
 	// Notes are printed under the text table (what was run, on what).

@@ -28,7 +28,7 @@ type StreamConfig struct {
 	Requests int
 }
 
-// DefaultStreamConfig is the fleet `kvindex bench fleet` and `ingest`
+// DefaultStreamConfig is the fleet `kvindex-bench fleet` and `ingest`
 // simulate by default.
 func DefaultStreamConfig() StreamConfig {
 	return StreamConfig{Endpoints: 16, GPUBlocks: 4096, CPUBlocks: 16384}

@@ -20,7 +20,7 @@ import (
 	"github.com/kvindex/kvindex/wiring/stack/stacktest"
 )
 
-// engineStack starts a standalone stack (internal/stack) in engine-hash
+// engineStack starts a standalone stack (wiring/stack) in engine-hash
 // mode with a liveness window long enough that nothing expires during a
 // test, and replays the named scenario files of
 // testdata/fixtures/scenarios into it. Scenarios expect an empty index

@@ -851,7 +851,7 @@ func prefixed(s *scenario.Scenario, prefix string, expect [][]scenario.Match) *s
 // TestFixturesThroughBridge replays every scenario fixture through
 // simulated engines and bridges, and checks every lookup step's answer
 // against the fixture's expectation and against the answer of the same
-// fixture produced straight into Kafka (internal/replay), in the same
+// fixture produced straight into Kafka (wiring/replay), in the same
 // pipeline. Each fixture runs under model names of its own ("bridge/<name>/"
 // and "direct/<name>/" before the fixture's model), so fixtures and the two
 // paths never share entries: each starts from an empty index.

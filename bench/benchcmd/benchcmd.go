@@ -1,7 +1,7 @@
-// Package benchcmd wires `kvindex bench fleet|ingest|lookup|coldstart`,
-// the measuring instruments of internal/sim/bench: each runs the whole
-// pipeline (or the part it measures) inside this process, prints a table
-// of figures, each next to the reference measured in the same run and the
+// Package benchcmd wires `kvindex-bench fleet|ingest|lookup|coldstart`
+// (cmd/kvindex-bench), the measuring instruments of package bench: each
+// runs the whole pipeline (or the part it measures) inside this process,
+// prints a table of figures, each next to the reference measured in the same run and the
 // DESIGN goal it is held to, and with -o json one JSON object per figure
 // per line. --quick runs a small variant (under 30 s) that CI uses to
 // check the commands work; its figures are not the ones BENCHMARKS.md
@@ -129,12 +129,16 @@ func quickDefault(fs *pflag.FlagSet, quick bool, name, value string) error {
 	return fs.Set(name, value)
 }
 
-// NewCommand returns `kvindex bench` with its subcommands.
+// NewCommand returns the root command of `kvindex-bench` with its
+// subcommands. It prints neither usage nor the error on failure: main
+// prints the error once.
 func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "Measure kvindex against the performance goals of DESIGN",
-		Long: `bench runs kvindex's measuring instruments inside this process (embedded
+		Use:           "kvindex-bench",
+		Short:         "Measure kvindex against the performance goals of DESIGN",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Long: `kvindex-bench runs kvindex's measuring instruments inside this process (embedded
 etcd with fsync on unless --fsync=false, the kfake Kafka broker, ingesters, indexd replicas,
 the load generator, all sharing the machine's cores) and prints each figure
 next to a reference measured in the same run: the machines are shared and
@@ -263,7 +267,7 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 			if err != nil {
 				return err
 			}
-			r := &bench.Report{Title: "kvindex bench fleet"}
+			r := &bench.Report{Title: "kvindex-bench fleet"}
 			r.Add(res.Figures()...)
 			r.Notef("stream: %d requests on %d endpoints (GPU %d blocks, CPU %d): %d batches, %d events, %d block ops, %.1f MB; cache hits GPU %d, CPU %d, misses %d",
 				st.Stats.Requests, stream.Endpoints, stream.GPUBlocks, stream.CPUBlocks, len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6,
@@ -366,7 +370,7 @@ func newIngestCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ingest",
 		Short: "Ingest block-ops/s against the same transactions written straight to etcd, and the v1 layout's",
-		Long: `ingest produces the fleet's event stream (see 'kvindex bench fleet') into a
+		Long: `ingest produces the fleet's event stream (see 'kvindex-bench fleet') into a
 topic before anything is timed, then measures block operations per second
 through Kafka → ingester → etcd against the raw limit measured in the same
 run: the same etcd transactions (captured from an ingester run) written
@@ -405,7 +409,7 @@ Rates count the stream's block ops as published. DESIGN's goal: ingest ≥
 			if err != nil {
 				return err
 			}
-			r := &bench.Report{Title: "kvindex bench ingest"}
+			r := &bench.Report{Title: "kvindex-bench ingest"}
 			r.Add(res.Figures()...)
 			r.Notef("stream: %d batches, %d events, %d block ops, %.1f MB, from %d requests on %d endpoints",
 				len(st.Records), st.Events, st.BlockOps, float64(st.Bytes)/1e6, st.Stats.Requests, stream.Endpoints)
@@ -476,7 +480,7 @@ run.`,
 			if err != nil {
 				return err
 			}
-			r := &bench.Report{Title: "kvindex bench lookup"}
+			r := &bench.Report{Title: "kvindex-bench lookup"}
 			for _, x := range res {
 				r.Add(x.Figures()...)
 				r.Notef("%d entries: %d distinct blocks; %d trace requests looked up, %d Lookups in all; gRPC: %d Lookups, %d health Checks",
@@ -553,7 +557,7 @@ etcd's quota is raised to --quota-bytes for millions of keys.`,
 			if err != nil {
 				return err
 			}
-			r := &bench.Report{Title: "kvindex bench coldstart"}
+			r := &bench.Report{Title: "kvindex-bench coldstart"}
 			r.Add(res.Figures()...)
 			r.Notef("%d entries on %d endpoints (%s mode): %d v2 chunks loaded in %s, v1 block keys in %s",
 				res.Entries, res.Endpoints, res.HashMode, res.Chunks, res.LoadV2.Round(time.Millisecond), res.LoadV1.Round(time.Millisecond))

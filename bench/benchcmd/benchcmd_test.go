@@ -134,7 +134,7 @@ func TestQuickSmoke(t *testing.T) {
 	}
 }
 
-// runErr executes `kvindex bench args...` in process and returns its
+// runErr executes `kvindex-bench args...` in process and returns its
 // stdout, or its error with its stderr.
 func runErr(ctx context.Context, args ...string) ([]byte, error) {
 	cmd := NewCommand()

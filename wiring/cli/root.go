@@ -1,5 +1,5 @@
 // Package cli builds kvindex's command tree. Each subcommand's wiring lives
-// in a package of its own under internal/cli; this package only assembles
+// in a package of its own under wiring/cli; this package only assembles
 // them and owns the flags every command shares (logging).
 package cli
 
@@ -8,7 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/kvindex/kvindex/bench/benchcmd"
 	"github.com/kvindex/kvindex/wiring/cli/bridgecmd"
 	"github.com/kvindex/kvindex/wiring/cli/common"
 	"github.com/kvindex/kvindex/wiring/cli/indexdcmd"
@@ -59,7 +58,6 @@ var subcommands = []func() *cobra.Command{
 	migratecmd.NewCommand,
 	standalonecmd.NewCommand,
 	replaycmd.NewCommand,
-	benchcmd.NewCommand,
 }
 
 // ExitCode returns the process exit status for an error from the command

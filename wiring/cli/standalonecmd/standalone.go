@@ -1,5 +1,5 @@
 // Package standalonecmd wires `kvindex standalone`: the whole pipeline in
-// one process on embedded defaults (internal/stack): an embedded etcd, an
+// one process on embedded defaults (wiring/stack): an embedded etcd, an
 // in-process Kafka broker (franz-go's kfake), one ingester and one indexd.
 // It prints where each part listens, so producers, etcdctl, kcat and
 // routers can be pointed at it, and keeps its data under --data-dir across

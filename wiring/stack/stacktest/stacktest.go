@@ -1,4 +1,4 @@
-// Package stacktest starts the in-process kvindex stack (internal/stack) for
+// Package stacktest starts the in-process kvindex stack (wiring/stack) for
 // tests: temp data dir, free loopback ports, fsync off, stopped and checked
 // by t.Cleanup.
 package stacktest

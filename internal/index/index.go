@@ -262,7 +262,7 @@ func errV1Block(key string) error {
 
 // Put makes (hash, ep, t) present without building or parsing a key: for
 // building an index from known entries (the benchmarks in
-// internal/sim/bench build millions). It is presence, not a chunk: a
+// bench build millions). It is presence, not a chunk: a
 // triple Put twice is present once, and it must not be mixed with chunk
 // puts of the same (endpoint, tier). It errors for an invalid endpoint
 // (keyspace.ErrMalformedKey) or tier, or with ErrFull. Call it inside
@@ -901,18 +901,8 @@ func (ix *Index) ListEndpoints(model string) ([]EndpointInfo, int64) {
 	}
 	rev := ix.revision
 	ix.mu.RUnlock()
-	slices.SortFunc(out, func(a, b EndpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b EndpointInfo) int { return keyspace.CompareEndpoints(a.Endpoint, b.Endpoint) })
 	return out, rev
-}
-
-func compareEndpoints(a, b keyspace.Endpoint) int {
-	if c := strings.Compare(a.Model, b.Model); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Rank, b.Rank)
 }
 
 // lagging returns the first barrier record whose partition's applied next

@@ -24,6 +24,7 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
 	"github.com/kvindex/kvindex/wiring/cli/common"
 )
@@ -369,9 +370,8 @@ With -o json it prints one object:
 func parseHashes(args []string) ([]uint64, error) {
 	out := make([]uint64, len(args))
 	for i, a := range args {
-		s := strings.TrimPrefix(strings.TrimPrefix(a, "0x"), "0X")
-		v, err := strconv.ParseUint(s, 16, 64)
-		if err != nil || s == "" {
+		v, err := keyspace.ParseHashText(a)
+		if err != nil {
 			return nil, usagef("hash %d %q is not 64-bit hex (like e5068d13bba8906f, optionally 0x-prefixed)", i+1, a)
 		}
 		out[i] = v

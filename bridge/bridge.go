@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
@@ -293,12 +294,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := b.produceBounded(gctx, cl, b.one.controlRecord(KindGoodbye)); err != nil {
+	if err := b.produceBounded(gctx, cl, b.one.controlRecord(contract.KindGoodbye)); err != nil {
 		b.m.lost.WithLabelValues(lostShutdown).Inc()
 		return fmt.Errorf("%w: goodbye: %v", ErrProduce, err)
 	}
 	b.m.produceSeconds.Observe(time.Since(start).Seconds())
-	b.m.produced.WithLabelValues(KindGoodbye).Inc()
+	b.m.produced.WithLabelValues(contract.KindGoodbye).Inc()
 	return flushErr
 }
 

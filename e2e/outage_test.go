@@ -11,10 +11,10 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -77,7 +77,7 @@ func (f *outageFleet) produceDead(t *testing.T, ctx context.Context, brokers []s
 	}
 	prod := ingesttest.NewProducer(t, brokers)
 	ingesttest.Produce(t, ctx, prod, topic, []refmodel.Record{{Key: f.dead.Pod, Value: v, Time: time.Now(),
-		Headers: map[string]string{bridge.HeaderModel: outageModel, bridge.HeaderDPRank: "0"}}})
+		Headers: map[string]string{contract.HeaderModel: outageModel, contract.HeaderDPRank: "0"}}})
 }
 
 // gpuBlocks lists the model's endpoints: pod → GPU blocks.

@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // Record is a consumed record in a form go-cmp compares.
@@ -34,11 +35,11 @@ type Record struct {
 }
 
 // Kind returns the record's kind header, "" for a batch record.
-func (r Record) Kind() string { return r.Headers[bridge.HeaderKind] }
+func (r Record) Kind() string { return r.Headers[contract.HeaderKind] }
 
 // Seq returns the record's seq header parsed; ok is false without one.
 func (r Record) Seq() (seq uint64, ok bool) {
-	s, ok := r.Headers[bridge.HeaderSeq]
+	s, ok := r.Headers[contract.HeaderSeq]
 	if !ok {
 		return 0, false
 	}
@@ -50,9 +51,9 @@ func (r Record) Seq() (seq uint64, ok bool) {
 // payload, for endpoint (pod, model, rank).
 func BatchRecord(pod, model string, rank uint32, seq uint64, payload []byte) Record {
 	return Record{Key: pod, Value: payload, Headers: map[string]string{
-		bridge.HeaderModel:  model,
-		bridge.HeaderSeq:    strconv.FormatUint(seq, 10),
-		bridge.HeaderDPRank: strconv.FormatUint(uint64(rank), 10),
+		contract.HeaderModel:  model,
+		contract.HeaderSeq:    strconv.FormatUint(seq, 10),
+		contract.HeaderDPRank: strconv.FormatUint(uint64(rank), 10),
 	}}
 }
 
@@ -60,9 +61,9 @@ func BatchRecord(pod, model string, rank uint32, seq uint64, payload []byte) Rec
 // (pod, model, rank).
 func ControlRecord(pod, model string, rank uint32, kind string) Record {
 	return Record{Key: pod, Headers: map[string]string{
-		bridge.HeaderModel:  model,
-		bridge.HeaderDPRank: strconv.FormatUint(uint64(rank), 10),
-		bridge.HeaderKind:   kind,
+		contract.HeaderModel:  model,
+		contract.HeaderDPRank: strconv.FormatUint(uint64(rank), 10),
+		contract.HeaderKind:   kind,
 	}}
 }
 
@@ -120,22 +121,6 @@ func (c *Consumer) Read(ctx context.Context, n int) ([]Record, error) {
 	got := c.buf[:n:n]
 	c.buf = c.buf[n:]
 	return got, nil
-}
-
-// ReadUntil reads records until one satisfies done, and returns them all
-// (that one last).
-func (c *Consumer) ReadUntil(ctx context.Context, done func(Record) bool) ([]Record, error) {
-	var out []Record
-	for {
-		rs, err := c.Read(ctx, 1)
-		out = append(out, rs...)
-		if err != nil {
-			return out, err
-		}
-		if done(rs[0]) {
-			return out, nil
-		}
-	}
 }
 
 // ReadAll returns every record of the topic not read yet, up to the

@@ -123,17 +123,6 @@ func (c *txnCapture) counts() captureCounts {
 	return out
 }
 
-// transactions counts the captured transactions.
-func (c *txnCapture) transactions() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	for _, txns := range c.txns {
-		n += len(txns)
-	}
-	return n
-}
-
 // rawWrite is the reference writer (DESIGN "Performance goals": the same
 // transactions written straight to the same etcd by the same number of
 // concurrent writers). It writes c's transactions to cli with one writer

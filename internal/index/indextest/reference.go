@@ -172,4 +172,3 @@ func SortMatches(ms []index.Match) {
 		return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
 	})
 }
-

@@ -148,27 +148,9 @@ func (e *AddrError) Unwrap() error { return e.Err }
 // ingester and indexd (which start working in Run). On error everything
 // started is closed again.
 func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
-	if cfg.DataDir == "" {
-		return nil, errors.New("stack: DataDir is required")
-	}
-	def := func(v *string, d string) {
-		if *v == "" {
-			*v = d
-		}
-	}
-	def(&cfg.EtcdAddr, contract.DefaultEtcdAddr)
-	def(&cfg.KafkaAddr, contract.DefaultKafkaAddr)
-	def(&cfg.GRPCAddr, contract.DefaultGRPCAddr)
-	def(&cfg.MetricsAddr, contract.DefaultMetricsAddr)
-	def(&cfg.Topic, contract.DefaultTopic)
-	if cfg.Partitions <= 0 {
-		cfg.Partitions = DefaultPartitions
-	}
-	if cfg.Keyspace == (keyspace.Keyspace{}) {
-		cfg.Keyspace = keyspace.Default()
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = logging.Discard()
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
 	}
 	// Bind-check every fixed address first, so a busy port fails before
 	// anything starts and names the component.
@@ -192,6 +174,19 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	}()
 	s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
+	if err = s.startStores(ctx); err != nil {
+		return nil, err
+	}
+	if err = s.newRoles(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// startStores starts what the roles run on: the embedded etcd, the
+// in-process Kafka broker and the etcd client.
+func (s *Stack) startStores(ctx context.Context) (err error) {
+	cfg := s.cfg
 	retention := cfg.CompactionRetention
 	switch {
 	case retention == 0:
@@ -209,10 +204,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		Logger:                  cfg.Logger,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stack: %w", err)
+		return fmt.Errorf("stack: %w", err)
 	}
 	if s.kafka, err = startKafka(cfg); err != nil {
-		return nil, err
+		return err
 	}
 	s.cli, err = clientv3.New(clientv3.Config{
 		Endpoints:   s.etcd.Endpoints(),
@@ -221,9 +216,15 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		Context:     ctx,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("stack: etcd client: %w", err)
+		return fmt.Errorf("stack: etcd client: %w", err)
 	}
+	return nil
+}
 
+// newRoles builds the ingester, indexd (on its bound gRPC listener) and
+// the ops server, sharing the stack's registry; Run starts them.
+func (s *Stack) newRoles() (err error) {
+	cfg := s.cfg
 	icfg := ingester.DefaultConfig()
 	icfg.Etcd = s.cli
 	icfg.Keyspace = cfg.Keyspace
@@ -236,12 +237,12 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.Ingester(&icfg)
 	}
 	if s.ingester, err = ingester.New(icfg); err != nil {
-		return nil, fmt.Errorf("stack: %w", err)
+		return fmt.Errorf("stack: %w", err)
 	}
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
 	if err != nil {
-		return nil, &AddrError{Which: "grpc", Addr: cfg.GRPCAddr, Err: err}
+		return &AddrError{Which: "grpc", Addr: cfg.GRPCAddr, Err: err}
 	}
 	s.grpcLis = grpcLis
 	xcfg := indexd.DefaultConfig()
@@ -254,14 +255,42 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		cfg.Indexd(&xcfg)
 	}
 	if s.indexd, err = indexd.New(xcfg); err != nil {
-		return nil, fmt.Errorf("stack: %w", err)
+		return fmt.Errorf("stack: %w", err)
 	}
 	s.ops, err = opsserver.New(opsserver.Config{Addr: cfg.MetricsAddr, Registry: s.registry, Ready: s.Ready,
 		Handlers: map[string]http.Handler{"/status": s.indexd.StatusHandler()}})
 	if err != nil {
-		return nil, &AddrError{Which: "metrics", Addr: cfg.MetricsAddr, Err: err}
+		return &AddrError{Which: "metrics", Addr: cfg.MetricsAddr, Err: err}
 	}
-	return s, nil
+	return nil
+}
+
+// withDefaults returns cfg with every zero field that has a default set
+// to it; DataDir has none and is required.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.DataDir == "" {
+		return Config{}, errors.New("stack: DataDir is required")
+	}
+	def := func(v *string, d string) {
+		if *v == "" {
+			*v = d
+		}
+	}
+	def(&cfg.EtcdAddr, contract.DefaultEtcdAddr)
+	def(&cfg.KafkaAddr, contract.DefaultKafkaAddr)
+	def(&cfg.GRPCAddr, contract.DefaultGRPCAddr)
+	def(&cfg.MetricsAddr, contract.DefaultMetricsAddr)
+	def(&cfg.Topic, contract.DefaultTopic)
+	if cfg.Partitions <= 0 {
+		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Keyspace == (keyspace.Keyspace{}) {
+		cfg.Keyspace = keyspace.Default()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = logging.Discard()
+	}
+	return cfg, nil
 }
 
 // startKafka starts the broker on cfg.KafkaAddr with its log under DataDir

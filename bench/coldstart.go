@@ -476,7 +476,7 @@ func timeReady(ctx context.Context, node *etcdNode, n int, log *slog.Logger) (_ 
 	}
 	switch {
 	case held == 0 && n > 0:
-		return 0, 0, fmt.Errorf("%w (%d entries in chunks): this build's indexd does not read chunks yet (issue 23 item 3)", ErrReaderNotV2, n)
+		return 0, 0, fmt.Errorf("%w (%d entries in chunks): this build's indexd does not read chunks", ErrReaderNotV2, n)
 	case held != uint64(n):
 		return 0, 0, fmt.Errorf("bench: the replica holds %d entries, want %d", held, n)
 	}

@@ -18,7 +18,7 @@
 // trace (TraceEntries).
 //
 // The v1 keyspace layout (one key per block, v1layout.go) lives on here,
-// and only here, as the reference of issue 23's figures: its raw writer
+// and only here, as the reference of the v2 figures: its raw writer
 // builds, from the same stream, the transactions a v1 ingester would
 // commit, and the cold start loads the same fleet in both layouts.
 //

@@ -35,7 +35,7 @@ type FleetConfig struct {
 	Fraction float64
 	// Rate, when positive, is the target rate in block-ops/s, overriding
 	// Fraction (the ceiling is still measured and reported): the fixed
-	// rate of issue 23's freshness goal (50,000).
+	// rate of DESIGN's freshness goal (50,000).
 	Rate float64
 	// Duration, with Rate, cuts the stream to the records the pacer hands
 	// out in that time (prefixFor); every part of the run (the ceilings,
@@ -115,7 +115,7 @@ func (c *FleetConfig) defaults() error {
 	return nil
 }
 
-// FreshnessGoalRate is issue 23's fixed rate for the freshness goal, in
+// FreshnessGoalRate is DESIGN's fixed rate for the freshness goal, in
 // block-ops/s: above the whole v1 raw ceiling on the benchmark machine,
 // about 40 busy vLLM pods.
 const FreshnessGoalRate = 50_000
@@ -204,7 +204,7 @@ func (r *FleetResult) E2ERate() float64 { return float64(r.BlockOps) / r.E2E.Ela
 func (r *FleetResult) perOp(x int64) float64 { return float64(x) / float64(r.BlockOps) }
 
 // freshnessGoal is the goal the paced run's freshness p99 is held to: 50
-// ms at DESIGN's half of the ceiling, or at issue 23's fixed rate of
+// ms at DESIGN's half of the ceiling, or at DESIGN's fixed rate of
 // FreshnessGoalRate or more; nil otherwise.
 func (r *FleetResult) freshnessGoal() *Goal {
 	if r.Fraction == 0.5 || r.TargetRate >= FreshnessGoalRate {
@@ -261,7 +261,7 @@ func (r *FleetResult) Figures() []Figure {
 // RunFleet drives the pipeline with a simulated fleet's stream and
 // measures its sustained rate and its freshness (DESIGN "Performance
 // goals": freshness p99 ≤ 50 ms at half the measured raw block-op
-// ceiling; issue 23: at a fixed 50,000 block-ops/s), and what the layout
+// ceiling, or at a fixed 50,000 block-ops/s), and what the layout
 // costs etcd against the v1 layout in the same run.
 //
 // First the ceilings: the stream is produced and ingested once while its

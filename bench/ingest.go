@@ -134,7 +134,7 @@ func (r *IngestResult) Figures() []Figure {
 // through Kafka → ingester → etcd against the same transactions written
 // straight to etcd by as many concurrent writers (one per partition), and
 // those against the v1 layout's transactions for the same records written
-// the same way (issue 23). It is PrepareIngest, cfg.Rounds rounds, and
+// the same way. It is PrepareIngest, cfg.Rounds rounds, and
 // Close.
 func RunIngest(ctx context.Context, cfg IngestConfig) (*IngestResult, error) {
 	run, err := PrepareIngest(ctx, cfg)

@@ -1,8 +1,8 @@
 package bench
 
 // The v1 keyspace layout, kept here as the reference the v2 figures are
-// held against (issue 23: the ceiling, the DB growth and the cold start of
-// v2 against v1 in the same run). Nothing outside this package writes or
+// held against (the ceiling, the DB growth and the cold start of v2
+// against v1 in the same run). Nothing outside this package writes or
 // reads it (the migrate package keeps its own): one key per (block,
 // endpoint, tier),
 //
@@ -10,7 +10,7 @@ package bench
 //
 // with an empty value in engine-hash mode and the engine hash as 16 hex
 // digits in token mode, each on its (endpoint, tier)'s lease, as the v1
-// ingester wrote them (DESIGN before issue 23).
+// ingester wrote them.
 
 import (
 	"cmp"
@@ -455,12 +455,12 @@ func (w *v1PartitionWriter) emit() {
 	w.cur = nil
 }
 
-// listV1 lists a v1 keyspace as the v1 reader (indexd before issue 23)
-// did, and returns the block keys it read: the endpoints' records with one
-// Get, then the blocks/ section at that revision as one keys-only range
-// per endpoint (contiguous ranges, cut at the endpoints' prefixes), four
-// in flight, every key parsed. It builds no index: what is timed is the
-// listing, which is what the layout changes.
+// listV1 lists a v1 keyspace as the v1 reader did, and returns the block
+// keys it read: the endpoints' records with one Get, then the blocks/
+// section at that revision as one keys-only range per endpoint
+// (contiguous ranges, cut at the endpoints' prefixes), four in flight,
+// every key parsed. It builds no index: what is timed is the listing,
+// which is what the layout changes.
 func listV1(ctx context.Context, cli *clientv3.Client, ks keyspace.Keyspace) (int, error) {
 	resp, err := cli.Get(ctx, ks.EndpointsPrefix(), clientv3.WithPrefix())
 	if err != nil {

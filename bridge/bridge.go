@@ -307,8 +307,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 // ends. franz-go's ProduceSync is not enough: a record already buffered is
 // failed by its context only when a produce request is built for it, so
 // with every broker unreachable (no connection, no request) ProduceSync
-// waits for as long as the client retries, which is forever (issue 25: a
-// goodbye outlived a 5 s --flush-timeout by minutes). The record left
+// waits for as long as the client retries, which is forever (a
+// goodbye would outlive a 5 s --flush-timeout by minutes). The record left
 // behind is failed when Run closes the client.
 func (b *Bridge) produceBounded(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
 	done := make(chan error, 1)

@@ -212,7 +212,7 @@ stream's etcd transactions, captured from one ingester run, written
 straight to etcd by one writer per partition; and the v1 layout's
 transactions for the same records (one key per block, the same windows
 and transaction bound) written the same way. Then, on a fresh pipeline, a
-token-bucket pacer produces the batches at --rate block-ops/s (issue 23's
+token-bucket pacer produces the batches at --rate block-ops/s (DESIGN's
 goal: 50000), or when --rate is 0 at --fraction of the first ceiling (a
 negative --fraction produces as fast as the pipeline takes them); with
 --duration the stream is cut to the batches the pacer hands out in that
@@ -232,7 +232,7 @@ protobuf size of each event's KeyValue); the ceilings, and the end-to-end
 ceiling against the v1 layout's raw ceiling (goal ≥ 5×). Every rate and
 every per-block-op figure counts the stream's block ops as published.
 Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
-50000 block-ops/s or more (issue 23). --cpuprofile profiles the paced run.`,
+50000 block-ops/s or more (DESIGN). --cpuprofile profiles the paced run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := s.begin(cmd.Flags(), map[string]string{"requests": "1500"}); err != nil {
@@ -316,7 +316,7 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 	registerStream(fs, &stream)
 	fs.Int32Var(&partitions, "partitions", 4, "partitions of the topic (one ingester worker and one reference writer each)")
 	fs.Float64Var(&fraction, "fraction", 0.5, "target rate as a fraction of the measured raw block-op ceiling; negative: unpaced")
-	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s, a fixed pace (overrides --fraction when positive; issue 23's goal: 50000)")
+	fs.Float64Var(&rate, "rate", 0, "target rate in block-ops/s, a fixed pace (overrides --fraction when positive; DESIGN's goal: 50000)")
 	fs.DurationVar(&duration, "duration", 0, "with --rate: cut the stream to the batches the pacer hands out in this time (0: the whole stream)")
 	fs.IntVar(&probeEvery, "probe-every", 1, "probe the freshness of every n-th batch")
 	fs.IntVar(&ceilProbe, "ceiling-probe-every", 64, "probe every n-th batch in the unpaced run that measures the end-to-end ceiling")

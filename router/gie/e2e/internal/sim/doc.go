@@ -1,5 +1,5 @@
-// Package sim is kvindex's routing-quality simulator (issue 17, the
-// command cmd/kvindex-sim): it replays a Mooncake trace through real GIE
+// Package sim is kvindex's routing-quality simulator (the command
+// cmd/kvindex-sim): it replays a Mooncake trace through real GIE
 // endpoint pickers (router/gie/internal/epptest: GIE v1.5.0's config
 // loader and Director in process) in front of simulated vLLM pods whose
 // KV events go through the real kvindex pipeline in process (embedded

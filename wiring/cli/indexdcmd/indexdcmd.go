@@ -21,15 +21,7 @@ import (
 
 // NewCommand returns `kvindex indexd`.
 func NewCommand() *cobra.Command {
-	var (
-		logFlags   common.Logging
-		etcdFlags  common.Etcd
-		ops        common.Ops
-		tlsFlags   common.ServerTLS
-		reflect    bool
-		healthAddr string
-		cfg        = indexd.DefaultConfig()
-	)
+	f := indexdFlags{cfg: indexd.DefaultConfig()}
 	cmd := &cobra.Command{
 		Use:   "indexd",
 		Short: "Serve Lookup from an in-memory index that lists and watches etcd",
@@ -47,96 +39,115 @@ older than --max-staleness, while the overall "" status stays SERVING
 are re-read when they change. --health-listen adds a plaintext port that
 serves only grpc.health.v1, for kubelet's gRPC probe (docs/security.md).`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
-				return err
-			}
-			log, err := logFlags.LoggerTo(cmd.ErrOrStderr())
-			if err != nil {
-				return err
-			}
-			ks, err := etcdFlags.Keyspace()
-			if err != nil {
-				return fmt.Errorf("--etcd-prefix: %w", err)
-			}
-			ctx := cmd.Context()
-			reg := common.NewRegistry()
-			watch := authwatch.New(reg, log.With("component", "auth"))
-			etcdFlags.Watch = watch
-			cli, err := etcdFlags.Client(ctx, log)
-			if err != nil {
-				return err
-			}
-			defer cli.Close()
-			cfg.Etcd, cfg.Keyspace, cfg.Registry, cfg.Logger = cli, ks, reg, log.With("component", "indexd")
-			if cfg.TLS, err = tlsFlags.Config(log.With("component", "indexd-tls")); err != nil {
-				return err
-			}
-			cfg.Reflection = reflect
-			if healthAddr != "" {
-				// Bound here so a busy port names its own flag.
-				if cfg.HealthListener, err = net.Listen("tcp", healthAddr); err != nil {
-					return fmt.Errorf("%w (--health-listen)", err)
-				}
-			}
-			srv, err := indexd.New(cfg)
-			if errors.Is(err, indexd.ErrInvalidConfig) {
-				return err
-			}
-			if err != nil {
-				return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
-			}
-			opsSrv, err := ops.Server(reg, func() error {
-				if err := watch.Err(); err != nil {
-					return err
-				}
-				return srv.Ready()
-			}, map[string]http.Handler{"/status": srv.StatusHandler()})
-			if err != nil {
-				return err
-			}
-			health := ""
-			if a := srv.HealthAddr(); a != nil {
-				health = a.String()
-			}
-			log.Info("indexd starting", "grpc", srv.Addr().String(), "tls", tlsFlags.Enabled(), "mtls", tlsFlags.ClientCAFile != "",
-				"health", health, "metrics", opsSrv.Addr(), "etcd", etcdFlags.RedactedEndpoints())
-			g, gctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return srv.Run(gctx) })
-			g.Go(func() error { return opsSrv.Run(gctx) })
-			return g.Wait()
-		},
+		RunE: f.run,
 	}
-	fs := cmd.Flags()
-	logFlags.Register(fs)
-	etcdFlags.Register(fs)
-	ops.Register(fs)
-	fs.StringVar(&cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health; reflection with --grpc-reflection)")
-	tlsFlags.Register(fs)
-	fs.BoolVar(&reflect, "grpc-reflection", false, "serve gRPC server reflection on --listen (grpcurl without a .proto); off by default: it describes the API to any client")
-	RegisterConnectionFlags(fs, &cfg)
-	fs.StringVar(&healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
-	fs.IntVar(&cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
-	fs.IntVar(&cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
-	fs.IntVar(&cfg.MaxMultiModalItems, "max-multimodal-items", indexd.DefaultMaxMultiModalItems, "most multimodal items one token Lookup may carry")
-	fs.IntVar(&cfg.MaxExtraBytes, "max-extra-bytes", indexd.DefaultMaxExtraBytes, "longest LoRA name, cache salt or multimodal item hash of a token Lookup, in bytes")
-	fs.IntVar(&cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
-	fs.IntVar(&cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
-	fs.IntVar(&cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
-	fs.DurationVar(&cfg.BarrierTimeout, "barrier-timeout", indexd.DefaultBarrierTimeout, "how long a Lookup barrier waits when the request names no timeout")
-	fs.DurationVar(&cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")
-	fs.IntVar(&cfg.ListConcurrency, "list-concurrency", indexd.DefaultListConcurrency, "endpoint block ranges read from etcd at once while listing")
-	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", indexd.DefaultShutdownGrace, "how long in-flight calls may finish on shutdown")
-	fs.IntVar(&cfg.MaxBarrierWaiters, "max-barrier-waiters", indexd.DefaultMaxBarrierWaiters, "most Lookups waiting on a barrier at once; past it a Lookup whose barrier is not met fails RESOURCE_EXHAUSTED")
-	fs.IntVar(&cfg.MaxConcurrentStreams, "max-concurrent-streams", indexd.DefaultMaxConcurrentStreams, "most calls in flight on one client connection; more wait in the client")
-	fs.IntVar(&cfg.ListPageSize, "list-page-size", indexd.DefaultListPageSize, "endpoints per ListEndpoints page when the request names no page size")
-	fs.IntVar(&cfg.MaxListPageSize, "max-list-page-size", indexd.DefaultMaxListPageSize,
-		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
-	fs.DurationVar(&cfg.ProgressInterval, "progress-interval", indexd.DefaultProgressInterval, "how often the watch asks etcd for a progress notification (the age of the last one is every answer's staleness)")
-	fs.DurationVar(&cfg.StaleLogAfter, "stale-log-after", indexd.DefaultStaleLogAfter, "age of the last progress from etcd past which the replica logs that it is stale")
-	fs.DurationVar(&cfg.MaxStaleness, "max-staleness", indexd.DefaultMaxStaleness, "when positive, /readyz fails and health of kvindex.v1.IndexService is NOT_SERVING while the last progress from etcd is older than this (the \"\" health status stays SERVING); 0: off")
-	fs.IntVar(&cfg.MaxInFlightBlocks, "max-inflight-blocks", indexd.DefaultMaxInFlightBlocks, "most blocks of Lookups answered at once, server-wide (a token Lookup counts its tokens / 16); past it Lookups fail RESOURCE_EXHAUSTED")
+	f.register(cmd.Flags())
 	return cmd
+}
+
+// indexdFlags holds the flags of `kvindex indexd`; cfg collects the
+// indexd.Config fields that flags set directly.
+type indexdFlags struct {
+	logFlags   common.Logging
+	etcdFlags  common.Etcd
+	ops        common.Ops
+	tlsFlags   common.ServerTLS
+	reflect    bool
+	healthAddr string
+	cfg        indexd.Config
+}
+
+func (f *indexdFlags) register(fs *pflag.FlagSet) {
+	f.logFlags.Register(fs)
+	f.etcdFlags.Register(fs)
+	f.ops.Register(fs)
+	fs.StringVar(&f.cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health; reflection with --grpc-reflection)")
+	f.tlsFlags.Register(fs)
+	fs.BoolVar(&f.reflect, "grpc-reflection", false, "serve gRPC server reflection on --listen (grpcurl without a .proto); off by default: it describes the API to any client")
+	RegisterConnectionFlags(fs, &f.cfg)
+	fs.StringVar(&f.healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
+	fs.IntVar(&f.cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
+	fs.IntVar(&f.cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
+	fs.IntVar(&f.cfg.MaxMultiModalItems, "max-multimodal-items", indexd.DefaultMaxMultiModalItems, "most multimodal items one token Lookup may carry")
+	fs.IntVar(&f.cfg.MaxExtraBytes, "max-extra-bytes", indexd.DefaultMaxExtraBytes, "longest LoRA name, cache salt or multimodal item hash of a token Lookup, in bytes")
+	fs.IntVar(&f.cfg.MaxCandidates, "max-candidates", indexd.DefaultMaxCandidates, "most candidate endpoints one Lookup may carry")
+	fs.IntVar(&f.cfg.MaxBarrierRecords, "max-barrier-records", indexd.DefaultMaxBarrierRecords, "most (topic, partition, offset) records one Lookup barrier may name")
+	fs.IntVar(&f.cfg.MaxRequestBytes, "max-request-bytes", indexd.DefaultMaxRequestBytes, "largest encoded request accepted")
+	fs.DurationVar(&f.cfg.BarrierTimeout, "barrier-timeout", indexd.DefaultBarrierTimeout, "how long a Lookup barrier waits when the request names no timeout")
+	fs.DurationVar(&f.cfg.MaxBarrierTimeout, "max-barrier-timeout", indexd.DefaultMaxBarrierTimeout, "longest barrier timeout a request may ask for")
+	fs.IntVar(&f.cfg.ListConcurrency, "list-concurrency", indexd.DefaultListConcurrency, "endpoint block ranges read from etcd at once while listing")
+	fs.DurationVar(&f.cfg.ShutdownGrace, "shutdown-grace", indexd.DefaultShutdownGrace, "how long in-flight calls may finish on shutdown")
+	fs.IntVar(&f.cfg.MaxBarrierWaiters, "max-barrier-waiters", indexd.DefaultMaxBarrierWaiters, "most Lookups waiting on a barrier at once; past it a Lookup whose barrier is not met fails RESOURCE_EXHAUSTED")
+	fs.IntVar(&f.cfg.MaxConcurrentStreams, "max-concurrent-streams", indexd.DefaultMaxConcurrentStreams, "most calls in flight on one client connection; more wait in the client")
+	fs.IntVar(&f.cfg.ListPageSize, "list-page-size", indexd.DefaultListPageSize, "endpoints per ListEndpoints page when the request names no page size")
+	fs.IntVar(&f.cfg.MaxListPageSize, "max-list-page-size", indexd.DefaultMaxListPageSize,
+		fmt.Sprintf("most endpoints per ListEndpoints page (at most %d, so a page fits gRPC's default 4 MiB)", indexd.ListPageSizeLimit))
+	fs.DurationVar(&f.cfg.ProgressInterval, "progress-interval", indexd.DefaultProgressInterval, "how often the watch asks etcd for a progress notification (the age of the last one is every answer's staleness)")
+	fs.DurationVar(&f.cfg.StaleLogAfter, "stale-log-after", indexd.DefaultStaleLogAfter, "age of the last progress from etcd past which the replica logs that it is stale")
+	fs.DurationVar(&f.cfg.MaxStaleness, "max-staleness", indexd.DefaultMaxStaleness, "when positive, /readyz fails and health of kvindex.v1.IndexService is NOT_SERVING while the last progress from etcd is older than this (the \"\" health status stays SERVING); 0: off")
+	fs.IntVar(&f.cfg.MaxInFlightBlocks, "max-inflight-blocks", indexd.DefaultMaxInFlightBlocks, "most blocks of Lookups answered at once, server-wide (a token Lookup counts its tokens / 16); past it Lookups fail RESOURCE_EXHAUSTED")
+}
+
+// run is the command's RunE: indexd and its ops server until the
+// command's context ends.
+func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
+	if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
+		return err
+	}
+	log, err := f.logFlags.LoggerTo(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	ks, err := f.etcdFlags.Keyspace()
+	if err != nil {
+		return fmt.Errorf("--etcd-prefix: %w", err)
+	}
+	ctx := cmd.Context()
+	reg := common.NewRegistry()
+	watch := authwatch.New(reg, log.With("component", "auth"))
+	f.etcdFlags.Watch = watch
+	cli, err := f.etcdFlags.Client(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	f.cfg.Etcd, f.cfg.Keyspace, f.cfg.Registry, f.cfg.Logger = cli, ks, reg, log.With("component", "indexd")
+	if f.cfg.TLS, err = f.tlsFlags.Config(log.With("component", "indexd-tls")); err != nil {
+		return err
+	}
+	f.cfg.Reflection = f.reflect
+	if f.healthAddr != "" {
+		// Bound here so a busy port names its own flag.
+		if f.cfg.HealthListener, err = net.Listen("tcp", f.healthAddr); err != nil {
+			return fmt.Errorf("%w (--health-listen)", err)
+		}
+	}
+	srv, err := indexd.New(f.cfg)
+	if errors.Is(err, indexd.ErrInvalidConfig) {
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address
+	}
+	opsSrv, err := f.ops.Server(reg, func() error {
+		if err := watch.Err(); err != nil {
+			return err
+		}
+		return srv.Ready()
+	}, map[string]http.Handler{"/status": srv.StatusHandler()})
+	if err != nil {
+		return err
+	}
+	health := ""
+	if a := srv.HealthAddr(); a != nil {
+		health = a.String()
+	}
+	log.Info("indexd starting", "grpc", srv.Addr().String(), "tls", f.tlsFlags.Enabled(), "mtls", f.tlsFlags.ClientCAFile != "",
+		"health", health, "metrics", opsSrv.Addr(), "etcd", f.etcdFlags.RedactedEndpoints())
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error { return opsSrv.Run(gctx) })
+	return g.Wait()
 }
 
 // positiveFlags are the flags whose zero or negative value is refused

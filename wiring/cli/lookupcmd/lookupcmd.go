@@ -120,17 +120,7 @@ func hashesOrTokens(cmd *cobra.Command, args []string) error {
 
 // NewCommand returns `kvindex lookup`.
 func NewCommand() *cobra.Command {
-	var (
-		c              conn
-		model          string
-		candidates     []string
-		barriers       []string
-		barrierTimeout time.Duration
-		tokens         string
-		prompt         client.TokenPrompt
-		multimodal     []string
-		blockSize      int
-	)
+	var f lookupFlags
 	cmd := &cobra.Command{
 		Use:   "lookup --model MODEL (HASH... | --tokens IDS)",
 		Short: "Show which endpoints hold the leading blocks of a prefix",
@@ -165,91 +155,124 @@ With -o json it prints one object:
   kvindex lookup --model m --tokens 128000,9906,1917,0,315 --lora-name sql-lora
   kvindex lookup --model m --tokens @prompt.txt --multimodal img-a3f1:12:576`,
 		Args: hashesOrTokens,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := c.check(cmd.Flags()); err != nil {
-				return err
-			}
-			if model == "" {
-				return usagef("--model is required")
-			}
-			var hashes []uint64
-			useTokens := cmd.Flags().Changed("tokens")
-			if useTokens {
-				ids, err := parseTokens(tokens)
-				if err != nil {
-					return err
-				}
-				prompt.TokenIDs = ids
-				if prompt.MultiModal, err = parseMultiModal(multimodal); err != nil {
-					return err
-				}
-				if cmd.Flags().Changed("block-size") {
-					if blockSize <= 0 {
-						return usagef("--block-size must be positive, got %d", blockSize)
-					}
-					hashes, useTokens = client.TokenKeys(prompt, blockSize), false
-				}
-			} else {
-				var err error
-				if hashes, err = parseHashes(args); err != nil {
-					return err
-				}
-			}
-			var opts []client.LookupOption
-			if len(candidates) > 0 {
-				eps, err := parseEndpoints(candidates)
-				if err != nil {
-					return err
-				}
-				opts = append(opts, client.WithCandidates(eps...))
-			}
-			if len(barriers) > 0 {
-				recs, err := parseBarriers(barriers)
-				if err != nil {
-					return err
-				}
-				wait, err := barrierWait(c.timeout, barrierTimeout)
-				if err != nil {
-					return err
-				}
-				opts = append(opts, client.WithBarrier(wait, recs...))
-			}
-			cl, ctx, cancel, err := c.client(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer cancel()
-			defer cl.Close()
-			var res *client.LookupResult
-			if useTokens {
-				res, err = cl.LookupTokens(ctx, model, prompt, opts...)
-			} else {
-				res, err = cl.Lookup(ctx, model, hashes, opts...)
-			}
-			if err != nil {
-				return err
-			}
-			if c.output == "json" {
-				return writeLookupJSON(cmd.OutOrStdout(), res)
-			}
-			if useTokens {
-				return writeLookupTable(cmd.OutOrStdout(), res, tokenView{tokens: len(prompt.TokenIDs)})
-			}
-			return writeLookupTable(cmd.OutOrStdout(), res, tokenView{hashes: len(hashes), blockSize: blockSize, tokens: len(prompt.TokenIDs)})
-		},
+		RunE: f.run,
 	}
-	fs := cmd.Flags()
-	c.register(fs, "the whole call, a barrier's wait (--after) included")
-	fs.StringVar(&model, "model", "", "served model name (required)")
-	fs.StringArrayVar(&candidates, "candidate", nil, "limit the answer to this endpoint, POD or POD#RANK (repeatable)")
-	fs.StringArrayVar(&barriers, "after", nil, "wait until this produced record is applied: TOPIC/PARTITION@OFFSET (repeatable)")
-	fs.DurationVar(&barrierTimeout, "barrier-timeout", 0, "how long the server waits for the --after records; shorter than --timeout (0: nine tenths of --timeout, at most 1m)")
-	fs.StringVar(&tokens, "tokens", "", "the prompt's token ids instead of block hashes: ID,ID,... or @FILE (ids separated by commas or white space)")
-	fs.StringVar(&prompt.LoRAName, "lora-name", "", "with --tokens: the LoRA adapter the request runs with (an extra of every block)")
-	fs.StringVar(&prompt.CacheSalt, "cache-salt", "", "with --tokens: the request's cache salt (an extra of block 0)")
-	fs.StringArrayVar(&multimodal, "multimodal", nil, "with --tokens: a multimodal item HASH:OFFSET:LENGTH (its placeholder tokens), in prompt order (repeatable)")
-	fs.IntVar(&blockSize, "block-size", 0, "with --tokens: key the tokens here at this block size and look the keys up as block hashes")
+	f.register(cmd.Flags())
 	return cmd
+}
+
+// lookupFlags holds the flags of `kvindex lookup`.
+type lookupFlags struct {
+	c              conn
+	model          string
+	candidates     []string
+	barriers       []string
+	barrierTimeout time.Duration
+	tokens         string
+	prompt         client.TokenPrompt
+	multimodal     []string
+	blockSize      int
+}
+
+func (f *lookupFlags) register(fs *pflag.FlagSet) {
+	f.c.register(fs, "the whole call, a barrier's wait (--after) included")
+	fs.StringVar(&f.model, "model", "", "served model name (required)")
+	fs.StringArrayVar(&f.candidates, "candidate", nil, "limit the answer to this endpoint, POD or POD#RANK (repeatable)")
+	fs.StringArrayVar(&f.barriers, "after", nil, "wait until this produced record is applied: TOPIC/PARTITION@OFFSET (repeatable)")
+	fs.DurationVar(&f.barrierTimeout, "barrier-timeout", 0, "how long the server waits for the --after records; shorter than --timeout (0: nine tenths of --timeout, at most 1m)")
+	fs.StringVar(&f.tokens, "tokens", "", "the prompt's token ids instead of block hashes: ID,ID,... or @FILE (ids separated by commas or white space)")
+	fs.StringVar(&f.prompt.LoRAName, "lora-name", "", "with --tokens: the LoRA adapter the request runs with (an extra of every block)")
+	fs.StringVar(&f.prompt.CacheSalt, "cache-salt", "", "with --tokens: the request's cache salt (an extra of block 0)")
+	fs.StringArrayVar(&f.multimodal, "multimodal", nil, "with --tokens: a multimodal item HASH:OFFSET:LENGTH (its placeholder tokens), in prompt order (repeatable)")
+	fs.IntVar(&f.blockSize, "block-size", 0, "with --tokens: key the tokens here at this block size and look the keys up as block hashes")
+}
+
+// query parses what to look up: block hashes, or with useTokens the
+// prompt in f.prompt (for the replica to key).
+func (f *lookupFlags) query(fs *pflag.FlagSet, args []string) (hashes []uint64, useTokens bool, err error) {
+	if !fs.Changed("tokens") {
+		hashes, err = parseHashes(args)
+		return hashes, false, err
+	}
+	ids, err := parseTokens(f.tokens)
+	if err != nil {
+		return nil, false, err
+	}
+	f.prompt.TokenIDs = ids
+	if f.prompt.MultiModal, err = parseMultiModal(f.multimodal); err != nil {
+		return nil, false, err
+	}
+	if !fs.Changed("block-size") {
+		return nil, true, nil
+	}
+	if f.blockSize <= 0 {
+		return nil, false, usagef("--block-size must be positive, got %d", f.blockSize)
+	}
+	return client.TokenKeys(f.prompt, f.blockSize), false, nil
+}
+
+// options returns the Lookup options of --candidate and --after.
+func (f *lookupFlags) options() ([]client.LookupOption, error) {
+	var opts []client.LookupOption
+	if len(f.candidates) > 0 {
+		eps, err := parseEndpoints(f.candidates)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithCandidates(eps...))
+	}
+	if len(f.barriers) > 0 {
+		recs, err := parseBarriers(f.barriers)
+		if err != nil {
+			return nil, err
+		}
+		wait, err := barrierWait(f.c.timeout, f.barrierTimeout)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, client.WithBarrier(wait, recs...))
+	}
+	return opts, nil
+}
+
+// run is the command's RunE: one Lookup, printed.
+func (f *lookupFlags) run(cmd *cobra.Command, args []string) error {
+	if err := f.c.check(cmd.Flags()); err != nil {
+		return err
+	}
+	if f.model == "" {
+		return usagef("--model is required")
+	}
+	hashes, useTokens, err := f.query(cmd.Flags(), args)
+	if err != nil {
+		return err
+	}
+	opts, err := f.options()
+	if err != nil {
+		return err
+	}
+	cl, ctx, cancel, err := f.c.client(cmd.Context())
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	defer cl.Close()
+	var res *client.LookupResult
+	if useTokens {
+		res, err = cl.LookupTokens(ctx, f.model, f.prompt, opts...)
+	} else {
+		res, err = cl.Lookup(ctx, f.model, hashes, opts...)
+	}
+	if err != nil {
+		return err
+	}
+	if f.c.output == "json" {
+		return writeLookupJSON(cmd.OutOrStdout(), res)
+	}
+	if useTokens {
+		return writeLookupTable(cmd.OutOrStdout(), res, tokenView{tokens: len(f.prompt.TokenIDs)})
+	}
+	return writeLookupTable(cmd.OutOrStdout(), res, tokenView{hashes: len(hashes), blockSize: f.blockSize, tokens: len(f.prompt.TokenIDs)})
 }
 
 // maxTokenFileBytes bounds a --tokens @FILE: ten times what the server's

@@ -4,11 +4,12 @@
 GO        ?= go
 BUF       := $(GO) run github.com/bufbuild/buf/cmd/buf@v1.75.0
 PKGS      := ./...
-# The repository's Go modules (issue 12): the main module, the generated
-# API and the router's client library, which the main module uses through
-# replace directives, and the EPP plugin (router/gie). test, lint and
-# verify run in each. router/gie/e2e joins the list once the ingester's
-# token mode (issue 13, write side) is on main: it needs it to compile.
+# The repository's Go modules: the main module, the generated API and the
+# router's client library (which the main module uses through replace
+# directives), the manifests' tests (deploy), the EPP plugin (router/gie)
+# and its end-to-end tests and simulator (router/gie/e2e). test, lint and
+# verify run in each; internal/doccheck checks this list against the
+# go.mod files.
 MODULES   := . proto client deploy router/gie router/gie/e2e
 # A go.work file outside the repository must not change what each module
 # resolves: every module builds from its own go.mod.
@@ -43,9 +44,10 @@ test-short:
 bench:
 	@$(call in-modules,$(GO) test -run '^$$' -bench . -benchmem $(PKGS))
 
-## build: the kvindex binary into bin/
+## build: the kvindex binary and the benchmark tool kvindex-bench into bin/
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvindex ./cmd/kvindex
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/kvindex-bench ./cmd/kvindex-bench
 
 ## lint: go vet (every module), gofmt and buf lint
 lint:

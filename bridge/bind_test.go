@@ -11,7 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
@@ -278,7 +279,7 @@ func TestBindNoReplayResyncsOnlyThatPod(t *testing.T) {
 	if _, err := a.engine.Publish(e.ctx, a.wl.Next().MustEncode()); err != nil {
 		t.Fatal(err)
 	}
-	a.want = append(a.want, bridgetest.ControlRecord(a.pod, model, 0, bridge.KindResync))
+	a.want = append(a.want, bridgetest.ControlRecord(a.pod, model, 0, contract.KindResync))
 	e.publish(a, 2)
 	e.publish(b, 2)
 	e.checkAll(e.readByPod(5))

@@ -14,6 +14,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
@@ -293,12 +294,12 @@ func (b *Bridge) Run(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := b.produceBounded(gctx, cl, b.one.controlRecord(KindGoodbye)); err != nil {
+	if err := b.produceBounded(gctx, cl, b.one.controlRecord(contract.KindGoodbye)); err != nil {
 		b.m.lost.WithLabelValues(lostShutdown).Inc()
 		return fmt.Errorf("%w: goodbye: %v", ErrProduce, err)
 	}
 	b.m.produceSeconds.Observe(time.Since(start).Seconds())
-	b.m.produced.WithLabelValues(KindGoodbye).Inc()
+	b.m.produced.WithLabelValues(contract.KindGoodbye).Inc()
 	return flushErr
 }
 
@@ -306,8 +307,8 @@ func (b *Bridge) Run(ctx context.Context) error {
 // ends. franz-go's ProduceSync is not enough: a record already buffered is
 // failed by its context only when a produce request is built for it, so
 // with every broker unreachable (no connection, no request) ProduceSync
-// waits for as long as the client retries, which is forever (issue 25: a
-// goodbye outlived a 5 s --flush-timeout by minutes). The record left
+// waits for as long as the client retries, which is forever (a
+// goodbye would outlive a 5 s --flush-timeout by minutes). The record left
 // behind is failed when Run closes the client.
 func (b *Bridge) produceBounded(ctx context.Context, cl *kgo.Client, r *kgo.Record) error {
 	done := make(chan error, 1)

@@ -4,7 +4,8 @@ import (
 	"testing"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 
@@ -117,7 +118,7 @@ func TestUnrecoverableGap(t *testing.T) {
 		first := e.publish(10)
 		e.engine.DropNext(10)
 		e.publish(11) // seqs 10-19 dropped, 20 live; the buffer holds 17-20
-		want := cat(first, []rec{control(bridge.KindResync)}, e.batches(0, 17, 20))
+		want := cat(first, []rec{control(contract.KindResync)}, e.batches(0, 17, 20))
 		check(t, "records", want, e.read(len(want)))
 		checkMetrics(t, cfg, map[string]float64{
 			"kvindex_bridge_gaps_total":                           1,
@@ -132,7 +133,7 @@ func TestUnrecoverableGap(t *testing.T) {
 		e.engine.DropNext(3)
 		e.publish(3)
 		rest := e.publish(2)
-		want := cat(first, []rec{control(bridge.KindResync)}, rest)
+		want := cat(first, []rec{control(contract.KindResync)}, rest)
 		check(t, "records", want, e.read(len(want)))
 		checkMetrics(t, cfg, map[string]float64{
 			"kvindex_bridge_gaps_total":                             1,
@@ -185,7 +186,7 @@ func TestEngineRestartPassedThrough(t *testing.T) {
 		{
 			// Without a replay socket nothing can be verified: resync.
 			name: "no_replay_socket", replay: false, newBatches: 3,
-			want: func(e *env) []rec { return cat([]rec{control(bridge.KindResync)}, e.batches(1, 0, 2)) },
+			want: func(e *env) []rec { return cat([]rec{control(contract.KindResync)}, e.batches(1, 0, 2)) },
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -262,7 +263,7 @@ func TestShutdown(t *testing.T) {
 		want       []rec
 		outcome    string
 	}{
-		{"goodbye_when_engine_gone", true, []rec{control(bridge.KindGoodbye)}, "engine_gone"},
+		{"goodbye_when_engine_gone", true, []rec{control(contract.KindGoodbye)}, "engine_gone"},
 		{"no_goodbye_when_engine_still_there", false, nil, "engine_still_there"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +304,7 @@ func TestShutdownFlushesReceivedBatches(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := e.readAll()
-	if len(got) == 0 || got[len(got)-1].Kind() != bridge.KindGoodbye {
+	if len(got) == 0 || got[len(got)-1].Kind() != contract.KindGoodbye {
 		t.Fatalf("last record is not a goodbye:\n%s", describe(got))
 	}
 	// Every batch produced is one of the published ones, in order, with

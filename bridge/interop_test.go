@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // pyPublisher is testdata/zmq_publisher.py: a vLLM-like publisher on real
@@ -133,7 +134,7 @@ func TestInteropRealZMQ(t *testing.T) {
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	check(t, "at shutdown", []rec{control(bridge.KindGoodbye)}, e.readAll())
+	check(t, "at shutdown", []rec{control(contract.KindGoodbye)}, e.readAll())
 	if n := metric(t, cfg, "kvindex_bridge_resyncs_total"); n != 0 {
 		t.Errorf("resyncs = %v, want 0", n)
 	}

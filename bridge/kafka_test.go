@@ -17,7 +17,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 
@@ -30,11 +31,11 @@ func TestHeartbeats(t *testing.T) {
 	})
 	r := e.start(cfg, true)
 	clock.Advance(5 * time.Second)
-	check(t, "first heartbeat", []rec{control(bridge.KindHeartbeat)}, e.read(1))
+	check(t, "first heartbeat", []rec{control(contract.KindHeartbeat)}, e.read(1))
 	batches := e.publish(3)
 	check(t, "batches", batches, e.read(3))
 	clock.Advance(5 * time.Second)
-	check(t, "second heartbeat", []rec{control(bridge.KindHeartbeat)}, e.read(1))
+	check(t, "second heartbeat", []rec{control(contract.KindHeartbeat)}, e.read(1))
 
 	// No heartbeat while the engine is away.
 	if err := e.engine.Close(); err != nil {
@@ -156,7 +157,7 @@ func TestRecordTooLarge(t *testing.T) {
 	first := e.publishRaw([]byte("batch 0"))
 	e.publishRaw(bytes.Repeat([]byte("x"), 1001))
 	last := e.publishRaw([]byte("batch 2"))
-	check(t, "records", cat(first, []rec{control(bridge.KindResync)}, last), e.read(3))
+	check(t, "records", cat(first, []rec{control(contract.KindResync)}, last), e.read(3))
 	checkMetrics(t, cfg, map[string]float64{
 		"kvindex_bridge_messages_skipped_total{reason=record_too_large}": 1,
 		"kvindex_bridge_resyncs_total{reason=record_too_large}":          1,
@@ -176,7 +177,7 @@ func TestMessageTooLarge(t *testing.T) {
 	check(t, "first batch", first, e.read(1))
 	e.reconnecting()
 	e.publishRaw(bytes.Repeat([]byte("x"), 5000))
-	check(t, "resync", []rec{control(bridge.KindResync)}, e.read(1))
+	check(t, "resync", []rec{control(contract.KindResync)}, e.read(1))
 	e.waitLive(r)
 	last := e.publishRaw([]byte("batch 2"))
 	check(t, "after the resync", last, e.read(1))
@@ -237,7 +238,7 @@ func TestDataParallelRank(t *testing.T) {
 	e.workload = enginesim.NewWorkload(3, enginesim.WorkloadConfig{Rank: 2, HasRank: true})
 	check(t, "batches", e.publish(3), e.read(3))
 	clock.Advance(cfg.HeartbeatInterval)
-	check(t, "heartbeat", []rec{bridgetest.ControlRecord(pod, model, 2, bridge.KindHeartbeat)}, e.read(1))
+	check(t, "heartbeat", []rec{bridgetest.ControlRecord(pod, model, 2, contract.KindHeartbeat)}, e.read(1))
 	checkMetrics(t, cfg, map[string]float64{"kvindex_bridge_dp_rank_mismatches_total": 0})
 }
 

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"github.com/kvindex/kvindex/internal/contract"
+
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -149,7 +151,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 	for vec, values := range map[*prometheus.CounterVec][]string{
 		m.received:   {sourceLive, sourceReplay},
 		m.duplicates: {sourceLive, sourceReplay},
-		m.produced:   {"batch", KindHeartbeat, KindGoodbye, KindResync},
+		m.produced:   {"batch", contract.KindHeartbeat, contract.KindGoodbye, contract.KindResync},
 		m.resyncs: {reasonUnhealedGap, reasonNoReplay, reasonReconnectNoReplay, reasonReplayFailed,
 			reasonReplayOverrun, reasonRecordTooLarge},
 		m.skipped:       {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},

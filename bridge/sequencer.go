@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 )
 
@@ -115,7 +116,7 @@ func (s *sequencer) run(ctx context.Context, in <-chan inEvent) {
 			}
 		case <-tick.Chan():
 			if s.connected {
-				if s.emit(ctx, s.st.controlRecord(KindHeartbeat)) != nil {
+				if s.emit(ctx, s.st.controlRecord(contract.KindHeartbeat)) != nil {
 					return
 				}
 			}
@@ -430,7 +431,7 @@ func (s *sequencer) checkRank(seq uint64, payload []byte) {
 
 func (s *sequencer) resync(ctx context.Context, reason string) error {
 	s.b.m.resyncs.WithLabelValues(reason).Inc()
-	return s.emit(ctx, s.st.controlRecord(KindResync))
+	return s.emit(ctx, s.st.controlRecord(contract.KindResync))
 }
 
 // emit hands a record to the producer goroutine, waiting while the bounded

@@ -1,6 +1,8 @@
 package bridge
 
 import (
+	"github.com/kvindex/kvindex/internal/contract"
+
 	"log/slog"
 	"strconv"
 
@@ -50,9 +52,9 @@ func (st *stream) batchRecord(seq uint64, payload []byte) *kgo.Record {
 		Key:   st.key,
 		Value: payload,
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderModel, Value: st.model},
-			{Key: HeaderSeq, Value: strconv.AppendUint(nil, seq, 10)},
-			{Key: HeaderDPRank, Value: st.rank},
+			{Key: contract.HeaderModel, Value: st.model},
+			{Key: contract.HeaderSeq, Value: strconv.AppendUint(nil, seq, 10)},
+			{Key: contract.HeaderDPRank, Value: st.rank},
 		},
 	}
 }
@@ -62,9 +64,9 @@ func (st *stream) controlRecord(kind string) *kgo.Record {
 	return &kgo.Record{
 		Key: st.key,
 		Headers: []kgo.RecordHeader{
-			{Key: HeaderModel, Value: st.model},
-			{Key: HeaderDPRank, Value: st.rank},
-			{Key: HeaderKind, Value: []byte(kind)},
+			{Key: contract.HeaderModel, Value: st.model},
+			{Key: contract.HeaderDPRank, Value: st.rank},
+			{Key: contract.HeaderKind, Value: []byte(kind)},
 		},
 	}
 }

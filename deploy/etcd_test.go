@@ -339,7 +339,7 @@ func checkEtcdClients(t *testing.T, b *build, w *workload, m *etcdMember, client
 }
 
 // etcdTLSFlags maps the kvindex roles' etcd TLS flags (etcdctl's names,
-// internal/cli/common) to the key of the client Secret each reads.
+// wiring/cli/common) to the key of the client Secret each reads.
 var etcdTLSFlags = map[string]string{
 	"etcd-cacert": "ca.crt",
 	"etcd-cert":   "tls.crt",

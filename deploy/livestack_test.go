@@ -13,14 +13,14 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
-	"github.com/kvindex/kvindex/internal/stack"
-	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/replay"
+	"github.com/kvindex/kvindex/wiring/stack"
+	"github.com/kvindex/kvindex/wiring/stack/stacktest"
 )
 
-// engineStack starts a standalone stack (internal/stack) in engine-hash
+// engineStack starts a standalone stack (wiring/stack) in engine-hash
 // mode with a liveness window long enough that nothing expires during a
 // test, and replays the named scenario files of
 // testdata/fixtures/scenarios into it. Scenarios expect an empty index

@@ -20,9 +20,9 @@ import (
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/cli"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
+	"github.com/kvindex/kvindex/wiring/cli"
 )
 
 // requiredFlags are the flags each role must be given in a cluster: the
@@ -158,7 +158,7 @@ func parseRoleArgs(args []string) (cmd *cobra.Command, flags map[string]string, 
 		cert, _ := fs.GetString("etcd-cert")
 		key, _ := fs.GetString("etcd-key")
 		if (cert == "") != (key == "") {
-			problems = append(problems, "--etcd-cert and --etcd-key go together (internal/cli/common)")
+			problems = append(problems, "--etcd-cert and --etcd-key go together (wiring/cli/common)")
 		}
 	}
 	problems = append(problems, roleConfigErrors(cmd.Name(), fs)...)
@@ -166,7 +166,7 @@ func parseRoleArgs(args []string) (cmd *cobra.Command, flags map[string]string, 
 }
 
 // roleConfigErrors builds the Config a role's command builds from its
-// flags (internal/cli/<role>cmd) and returns what the role package's
+// flags (wiring/cli/<role>cmd) and returns what the role package's
 // Validate says about it: the cross-field rules the flag parser cannot
 // know (the ingester's lease TTL against its group timeouts, the bridge's
 // buffer sizes against its record limit, ...). A flag the mapping reads
@@ -229,7 +229,7 @@ func roleConfigErrors(role string, fs *pflag.FlagSet) []string {
 	}
 	var out []string
 	if e := errors.Join(errs...); e != nil {
-		out = append(out, fmt.Sprintf("the test's flag-to-Config mapping for %s is stale (see internal/cli/%scmd): %v", role, role, e))
+		out = append(out, fmt.Sprintf("the test's flag-to-Config mapping for %s is stale (see wiring/cli/%scmd): %v", role, role, e))
 	}
 	if err != nil {
 		out = append(out, fmt.Sprintf("kvindex %s would reject its configuration: %v", role, err))

@@ -24,9 +24,9 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
 // serverCertNamesMarker precedes, in deploy/README.md, the fenced block of

@@ -354,12 +354,3 @@ func TestStandaloneBinary(t *testing.T) {
 	}
 	again.interrupt(t)
 }
-
-func slicesHasPrefix(lines []string, prefix string) bool {
-	for _, l := range lines {
-		if strings.HasPrefix(l, prefix) {
-			return true
-		}
-	}
-	return false
-}

@@ -18,18 +18,19 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/wiring/replay"
 )
 
 // This file runs the bridge in the whole pipeline: a simulated vLLM engine
@@ -158,18 +159,18 @@ func (tl *tail) barrier() client.LookupOption {
 // endpointRecord reports whether r is a record of endpoint ep, as the
 // bridge writes it (key, model header, dp_rank header).
 func endpointRecord(r tailRecord, ep keyspace.Endpoint) bool {
-	return r.Key == ep.Pod && r.Headers[bridge.HeaderModel] == ep.Model && r.Headers[bridge.HeaderDPRank] == strconv.FormatUint(uint64(ep.Rank), 10)
+	return r.Key == ep.Pod && r.Headers[contract.HeaderModel] == ep.Model && r.Headers[contract.HeaderDPRank] == strconv.FormatUint(uint64(ep.Rank), 10)
 }
 
 // isBatch reports whether r is ep's batch record for seq with payload.
 func isBatch(r tailRecord, ep keyspace.Endpoint, seq uint64, payload []byte) bool {
-	return endpointRecord(r, ep) && r.Headers[bridge.HeaderKind] == "" &&
-		r.Headers[bridge.HeaderSeq] == strconv.FormatUint(seq, 10) && bytes.Equal(r.Value, payload)
+	return endpointRecord(r, ep) && r.Headers[contract.HeaderKind] == "" &&
+		r.Headers[contract.HeaderSeq] == strconv.FormatUint(seq, 10) && bytes.Equal(r.Value, payload)
 }
 
 // isControl reports whether r is ep's control record of kind.
 func isControl(r tailRecord, ep keyspace.Endpoint, kind string) bool {
-	return endpointRecord(r, ep) && r.Headers[bridge.HeaderKind] == kind && len(r.Value) == 0
+	return endpointRecord(r, ep) && r.Headers[contract.HeaderKind] == kind && len(r.Value) == 0
 }
 
 // bridgeConfig is a bridge for engine e and endpoint ep with short
@@ -414,11 +415,11 @@ func (e *simEndpoint) stream() []string {
 		if !endpointRecord(r, e.ep) {
 			continue
 		}
-		if k := r.Headers[bridge.HeaderKind]; k != "" {
+		if k := r.Headers[contract.HeaderKind]; k != "" {
 			out = append(out, k)
 			continue
 		}
-		seq, _ := strconv.ParseUint(r.Headers[bridge.HeaderSeq], 10, 64)
+		seq, _ := strconv.ParseUint(r.Headers[contract.HeaderSeq], 10, 64)
 		desc := fmt.Sprintf("seq %d with bytes no engine process published", seq)
 		for p := len(e.procs) - 1; p >= 0; p-- {
 			if seq < uint64(len(e.procs[p])) && bytes.Equal(e.procs[p][seq], r.Value) {
@@ -669,7 +670,7 @@ func TestBridgeThroughPipeline(t *testing.T) {
 		// gap, when the engine buffers only 43-50.
 		e.engine.DropNext(20)
 		e.landed(t, from, e.publish(t, 21))
-		e.checkStream(t, seqs(0, 0, 29), []string{bridge.KindResync}, seqs(0, 43, 50))
+		e.checkStream(t, seqs(0, 0, 29), []string{contract.KindResync}, seqs(0, 43, 50))
 		checkMetrics(t, e.cfg, map[string]float64{
 			"kvindex_bridge_gaps_total":                           1,
 			"kvindex_bridge_resyncs_total{reason=replay_overrun}": 1,
@@ -694,14 +695,14 @@ func TestBridgeThroughPipeline(t *testing.T) {
 		e.engine.DisconnectAll()
 		e.subs++
 		waitLive(t, e.ctx, e.bridge, e.engine, e.subs)
-		rig.tail.waitFor(t, e.ctx, from, "resync", func(r tailRecord) bool { return isControl(r, e.ep, bridge.KindResync) })
+		rig.tail.waitFor(t, e.ctx, from, "resync", func(r tailRecord) bool { return isControl(r, e.ep, contract.KindResync) })
 		if got := e.checkIndex(t, "after the resync"); len(got) > 0 {
 			t.Fatalf("the reference model holds %d blocks of %v after its resync", len(got), e.ep)
 		}
 		e.checkAbsent(t, "after the resync", e.work.Resident())
 		e.landed(t, from, e.publish(t, 10))
 		e.checkResynced(t, "live again after the resync")
-		e.checkStream(t, seqs(0, 0, 19), []string{bridge.KindResync}, seqs(0, 20, 29))
+		e.checkStream(t, seqs(0, 0, 19), []string{contract.KindResync}, seqs(0, 20, 29))
 		checkMetrics(t, e.cfg, map[string]float64{
 			"kvindex_bridge_resyncs_total{reason=reconnect_no_replay}": 1,
 			"kvindex_bridge_resyncs_total":                             1,
@@ -721,7 +722,7 @@ func TestBridgeThroughPipeline(t *testing.T) {
 		if err := e.bridge.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		rig.tail.waitFor(t, e.ctx, from, "goodbye", func(r tailRecord) bool { return isControl(r, e.ep, bridge.KindGoodbye) })
+		rig.tail.waitFor(t, e.ctx, from, "goodbye", func(r tailRecord) bool { return isControl(r, e.ep, contract.KindGoodbye) })
 		if got := e.checkIndex(t, "after the goodbye"); len(got) > 0 {
 			t.Fatalf("the reference model still holds %d blocks of %v after its goodbye", len(got), e.ep)
 		}
@@ -733,7 +734,7 @@ func TestBridgeThroughPipeline(t *testing.T) {
 		if len(list.Endpoints) > 0 {
 			t.Fatalf("endpoints of %s after the goodbye: %+v", e.ep.Model, list.Endpoints)
 		}
-		e.checkStream(t, seqs(0, 0, 19), []string{bridge.KindGoodbye})
+		e.checkStream(t, seqs(0, 0, 19), []string{contract.KindGoodbye})
 		checkMetrics(t, e.cfg, map[string]float64{"kvindex_bridge_shutdowns_total{outcome=engine_gone}": 1})
 	})
 }
@@ -778,18 +779,18 @@ func classify(t *testing.T, dec *events.Decoder, st scenario.Step) fixtureStep {
 	p := st.Publish
 	for h := range p.Headers {
 		switch h {
-		case bridge.HeaderModel, bridge.HeaderSeq, bridge.HeaderKind, bridge.HeaderDPRank:
+		case contract.HeaderModel, contract.HeaderSeq, contract.HeaderKind, contract.HeaderDPRank:
 		default:
 			t.Fatalf("line %d: header %q has no mapping to the bridge path", st.Line, h)
 		}
 	}
-	id := keyspace.Endpoint{Model: p.Headers[bridge.HeaderModel], Pod: p.Key}
-	if kind, ok := p.Headers[bridge.HeaderKind]; ok {
-		if _, ok := p.Headers[bridge.HeaderSeq]; ok {
+	id := keyspace.Endpoint{Model: p.Headers[contract.HeaderModel], Pod: p.Key}
+	if kind, ok := p.Headers[contract.HeaderKind]; ok {
+		if _, ok := p.Headers[contract.HeaderSeq]; ok {
 			t.Fatalf("line %d: a control record with a seq header has no mapping to the bridge path", st.Line)
 		}
-		rank, err := strconv.ParseUint(p.Headers[bridge.HeaderDPRank], 10, 32)
-		if p.Headers[bridge.HeaderDPRank] == "" {
+		rank, err := strconv.ParseUint(p.Headers[contract.HeaderDPRank], 10, 32)
+		if p.Headers[contract.HeaderDPRank] == "" {
 			rank, err = 0, nil // no header: rank 0
 		}
 		if err != nil {
@@ -797,7 +798,7 @@ func classify(t *testing.T, dec *events.Decoder, st scenario.Step) fixtureStep {
 		}
 		id.Rank = uint32(rank)
 		switch kind {
-		case bridge.KindHeartbeat, bridge.KindGoodbye, bridge.KindResync:
+		case contract.KindHeartbeat, contract.KindGoodbye, contract.KindResync:
 		default:
 			t.Fatalf("line %d: kind %q has no mapping to the bridge path", st.Line, kind)
 		}
@@ -811,11 +812,11 @@ func classify(t *testing.T, dec *events.Decoder, st scenario.Step) fixtureStep {
 		return fixtureStep{leftOut: "bytes that do not decode as a batch are not something an engine publishes (the direct path skips them as malformed)"}
 	}
 	id.Rank = b.Rank
-	if h, ok := p.Headers[bridge.HeaderDPRank]; ok && h != strconv.FormatUint(uint64(b.Rank), 10) {
+	if h, ok := p.Headers[contract.HeaderDPRank]; ok && h != strconv.FormatUint(uint64(b.Rank), 10) {
 		t.Fatalf("line %d: a dp_rank header that disagrees with the batch has no mapping to the bridge path", st.Line)
 	}
 	fs := fixtureStep{id: id}
-	if s, ok := p.Headers[bridge.HeaderSeq]; ok {
+	if s, ok := p.Headers[contract.HeaderSeq]; ok {
 		if fs.seq, err = strconv.ParseUint(s, 10, 64); err != nil {
 			t.Fatalf("line %d: seq: %v", st.Line, err)
 		}
@@ -835,7 +836,7 @@ func prefixed(s *scenario.Scenario, prefix string, expect [][]scenario.Match) *s
 		case scenario.KindPublish:
 			p := *st.Publish
 			p.Headers = maps.Clone(p.Headers)
-			p.Headers[bridge.HeaderModel] = prefix + p.Headers[bridge.HeaderModel]
+			p.Headers[contract.HeaderModel] = prefix + p.Headers[contract.HeaderModel]
 			st.Publish = &p
 		case scenario.KindLookup:
 			l := *st.Lookup
@@ -852,7 +853,7 @@ func prefixed(s *scenario.Scenario, prefix string, expect [][]scenario.Match) *s
 // TestFixturesThroughBridge replays every scenario fixture through
 // simulated engines and bridges, and checks every lookup step's answer
 // against the fixture's expectation and against the answer of the same
-// fixture produced straight into Kafka (internal/replay), in the same
+// fixture produced straight into Kafka (wiring/replay), in the same
 // pipeline. Each fixture runs under model names of its own ("bridge/<name>/"
 // and "direct/<name>/" before the fixture's model), so fixtures and the two
 // paths never share entries: each starts from an empty index.
@@ -936,7 +937,7 @@ func runFixtureThroughBridges(t *testing.T, ctx context.Context, rig *bridgeRig,
 			fe.ep.Model = prefix + fs.id.Model
 			endpoints[fs.id] = fe
 		}
-		if fs.kind == bridge.KindResync {
+		if fs.kind == contract.KindResync {
 			fe.replay = false
 		}
 	}
@@ -995,9 +996,9 @@ func runFixtureThroughBridges(t *testing.T, ctx context.Context, rig *bridgeRig,
 		}
 		from := rig.tail.pos()
 		switch fs.kind {
-		case bridge.KindHeartbeat:
-			rig.tail.waitFor(t, ctx, from, "heartbeat", func(r tailRecord) bool { return isControl(r, fe.ep, bridge.KindHeartbeat) })
-		case bridge.KindGoodbye:
+		case contract.KindHeartbeat:
+			rig.tail.waitFor(t, ctx, from, "heartbeat", func(r tailRecord) bool { return isControl(r, fe.ep, contract.KindHeartbeat) })
+		case contract.KindGoodbye:
 			if err := fe.engine.Close(); err != nil {
 				t.Fatal(err)
 			}
@@ -1005,11 +1006,11 @@ func runFixtureThroughBridges(t *testing.T, ctx context.Context, rig *bridgeRig,
 				t.Fatal(err)
 			}
 			fe.gone = true
-			rig.tail.waitFor(t, ctx, from, "goodbye", func(r tailRecord) bool { return isControl(r, fe.ep, bridge.KindGoodbye) })
-		case bridge.KindResync:
+			rig.tail.waitFor(t, ctx, from, "goodbye", func(r tailRecord) bool { return isControl(r, fe.ep, contract.KindGoodbye) })
+		case contract.KindResync:
 			fe.engine.DisconnectAll()
 			fe.subs++
-			rig.tail.waitFor(t, ctx, from, "resync", func(r tailRecord) bool { return isControl(r, fe.ep, bridge.KindResync) })
+			rig.tail.waitFor(t, ctx, from, "resync", func(r tailRecord) bool { return isControl(r, fe.ep, contract.KindResync) })
 			// Without a replay socket, only a live subscription delivers
 			// what the engine publishes next.
 			waitLive(t, ctx, fe.run, fe.engine, fe.subs)
@@ -1047,8 +1048,8 @@ func publishFixtureBatch(t *testing.T, ctx context.Context, rig *bridgeRig, fe *
 			return isBatch(r, fe.ep, last, fe.payloads[last])
 		})
 		for _, r := range rig.tail.recs[from:at] {
-			if isControl(r, fe.ep, bridge.KindGoodbye) || isControl(r, fe.ep, bridge.KindResync) {
-				t.Fatalf("line %d: the bridge restart produced a %s", st.Line, r.Headers[bridge.HeaderKind])
+			if isControl(r, fe.ep, contract.KindGoodbye) || isControl(r, fe.ep, contract.KindResync) {
+				t.Fatalf("line %d: the bridge restart produced a %s", st.Line, r.Headers[contract.HeaderKind])
 			}
 		}
 		return

@@ -18,12 +18,12 @@ import (
 
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
-	"github.com/kvindex/kvindex/internal/stack"
-	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/wiring/replay"
+	"github.com/kvindex/kvindex/wiring/stack"
+	"github.com/kvindex/kvindex/wiring/stack/stacktest"
 )
 
 var (

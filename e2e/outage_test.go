@@ -12,18 +12,18 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/kvindex/kvindex/bridge"
+	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/bridgetest"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
-	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/stack"
 )
 
 // The outage test's windows, short so that twice the liveness window is
@@ -79,7 +79,7 @@ func (f *outageFleet) produceDead(t *testing.T, ctx context.Context, brokers []s
 	}
 	prod := ingesttest.NewProducer(t, brokers)
 	ingesttest.Produce(t, ctx, prod, topic, []refmodel.Record{{Key: f.dead.Pod, Value: v, Time: time.Now(),
-		Headers: map[string]string{bridge.HeaderModel: outageModel, bridge.HeaderDPRank: "0"}}})
+		Headers: map[string]string{contract.HeaderModel: outageModel, contract.HeaderDPRank: "0"}}})
 }
 
 // gpuBlocks lists the model's endpoints: pod → GPU blocks.

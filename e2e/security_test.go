@@ -20,18 +20,18 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
-	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/replay"
 	"github.com/kvindex/kvindex/internal/scenario"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tlsfiles"
+	"github.com/kvindex/kvindex/wiring/cli/common"
+	"github.com/kvindex/kvindex/wiring/replay"
 )
 
 // The etcd roles docs/security.md gives ("etcd roles"), on the default

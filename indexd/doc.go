@@ -59,6 +59,6 @@
 // (endpoint, tier mask) or an endpoint set in a pointer-free arena. Lookup
 // walks the hashes in order keeping the shrinking set of endpoints still
 // matching and stops when it is empty. Memory and speed are measured
-// against the goals of DESIGN "Performance goals" (internal/sim/bench,
+// against the goals of DESIGN "Performance goals" (bench,
 // BENCHMARKS.md).
 package indexd

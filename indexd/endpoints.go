@@ -1,13 +1,11 @@
 package indexd
 
 import (
-	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/binary"
 	"fmt"
 	"sort"
-	"strings"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -63,7 +61,7 @@ func (s *Server) listEndpoints(req *kvindexv1.ListEndpointsRequest) (*kvindexv1.
 	infos, rev := ix.ListEndpoints(req.Model)
 	start := 0
 	if after != nil {
-		start = sort.Search(len(infos), func(i int) bool { return compareListed(infos[i].Endpoint, *after) > 0 })
+		start = sort.Search(len(infos), func(i int) bool { return keyspace.CompareEndpoints(infos[i].Endpoint, *after) > 0 })
 	}
 	end := min(start+size, len(infos))
 	resp := &kvindexv1.ListEndpointsResponse{Revision: rev, Endpoints: make([]*kvindexv1.EndpointInfo, 0, end-start)}
@@ -87,18 +85,6 @@ func (s *Server) listEndpoints(req *kvindexv1.ListEndpointsRequest) (*kvindexv1.
 		resp.NextPageToken = encodePageToken(infos[end-1].Endpoint)
 	}
 	return resp, nil
-}
-
-// compareListed orders endpoints as ListEndpoints lists them: by model,
-// pod, then rank.
-func compareListed(a, b keyspace.Endpoint) int {
-	if c := strings.Compare(a.Model, b.Model); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Rank, b.Rank)
 }
 
 // pageTokenVersion is the first byte of every page token, so the format

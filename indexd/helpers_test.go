@@ -3,7 +3,6 @@ package indexd
 import (
 	"context"
 	"math/rand/v2"
-	"slices"
 	"testing"
 	"time"
 
@@ -303,15 +302,4 @@ func ownClient(t *testing.T, endpoints []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-func sortedHashes(ref *indextest.Reference, model string) []uint64 {
-	var hs []uint64
-	for b := range ref.Present {
-		if b.Endpoint.Model == model {
-			hs = append(hs, b.Hash)
-		}
-	}
-	slices.Sort(hs)
-	return slices.Compact(hs)
 }

@@ -124,57 +124,72 @@ var errWatchClosed = errors.New("indexd: watch channel closed")
 func (r *reflector) current() *index.Index { return r.cur.Load() }
 
 // run lists and watches until ctx ends; it returns nil then. Every other
-// failure is retried with backoff.
+// failure is retried with backoff on the configured clock
+// (backoff.Until around listAndWatch, as client-go's reflector runs
+// BackoffUntil around ListAndWatch).
 func (r *reflector) run(ctx context.Context) error {
-	bo := backoff.New(r.cfg.BackoffMin, r.cfg.BackoffMax, nil)
-	var ix *index.Index
-	reason := "start"
-	for ctx.Err() == nil {
-		if ix == nil {
-			fresh, err := r.list(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					break
-				}
-				if errors.Is(err, rpctypes.ErrCompacted) {
-					// The revision we listed at was compacted mid-list:
-					// start again at a newer one, no need to wait.
-					r.log.Info("list revision compacted, listing again", "err", err)
-					continue
-				}
-				d := bo.Next()
-				r.log.Warn("listing etcd failed, retrying", "err", err, "backoff", d)
-				_ = backoff.Sleep(ctx, nil, d)
-				continue
-			}
-			ix = fresh
-			r.cur.Store(ix)
-			r.markProgress()
-			r.bcst.broadcast()
-			r.m.lists.WithLabelValues(reason).Inc()
-			if reason == "start" {
-				r.onReady()
-			}
-		}
-		progressed, err := r.watch(ctx, ix)
-		if ctx.Err() != nil {
-			break
-		}
-		if progressed {
-			bo.Reset()
-		}
-		if why, ok := relistReason(err); ok {
-			r.log.Warn("watch cannot continue on this index, re-listing into a fresh one", "revision", ix.Revision(), "reason", why, "err", err)
-			ix = nil
-			reason = why
-			continue
+	bo := backoff.New(r.cfg.BackoffMin, r.cfg.BackoffMax, r.cfg.Clock)
+	st := &listWatchState{reason: "start"}
+	backoff.Until(ctx, bo, func(ctx context.Context) (bool, error) {
+		return r.listAndWatch(ctx, st)
+	}, func(err error, d time.Duration) {
+		if st.ix == nil {
+			r.log.Warn("listing etcd failed, retrying", "err", err, "backoff", d)
+			return
 		}
 		r.m.watchRestarts.Inc()
-		d := bo.Next()
-		r.log.Warn("watch broken, resuming", "revision", ix.Revision(), "err", err, "backoff", d)
-		_ = backoff.Sleep(ctx, nil, d)
-	}
+		r.log.Warn("watch broken, resuming", "revision", st.ix.Revision(), "err", err, "backoff", d)
+	})
 	return nil
+}
+
+// listWatchState carries the serving index from one listAndWatch to the
+// next, and why the next list happens (the lists metric's label).
+type listWatchState struct {
+	// ix is the index being watched into, nil when the next call must list.
+	ix *index.Index
+	// reason labels the next list: "start", or relistReason's answer.
+	reason string
+}
+
+// listAndWatch lists into a fresh index when st has none, then watches
+// into it until the watch ends. It returns nil to go again at once (the
+// list revision was compacted mid-list, or the watch cannot continue on
+// this index and st now asks for a re-list) and an error to go again after
+// a backoff (the list failed, or the watch broke and resumes from the
+// index's revision); progressed is true once the watch applied something.
+func (r *reflector) listAndWatch(ctx context.Context, st *listWatchState) (progressed bool, err error) {
+	if st.ix == nil {
+		fresh, err := r.list(ctx)
+		if err != nil {
+			if errors.Is(err, rpctypes.ErrCompacted) && ctx.Err() == nil {
+				// The revision we listed at was compacted mid-list:
+				// start again at a newer one, no need to wait.
+				r.log.Info("list revision compacted, listing again", "err", err)
+				return false, nil
+			}
+			return false, err
+		}
+		st.ix = fresh
+		r.cur.Store(fresh)
+		r.markProgress()
+		r.bcst.broadcast()
+		r.m.lists.WithLabelValues(st.reason).Inc()
+		if st.reason == "start" {
+			r.onReady()
+		}
+	}
+	progressed, err = r.watch(ctx, st.ix)
+	if ctx.Err() != nil {
+		return progressed, nil
+	}
+	if why, ok := relistReason(err); ok {
+		r.log.Warn("watch cannot continue on this index, re-listing into a fresh one", "revision", st.ix.Revision(), "reason", why, "err", err)
+		st.ix = nil
+		st.reason = why
+		return progressed, nil
+	}
+	return progressed, err
 }
 
 // list reads the keyspace at one revision into a fresh index: the small

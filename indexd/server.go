@@ -185,7 +185,7 @@ func (s *Server) setReady() {
 // ServeIndex makes the replica answer from ix instead of the index it
 // listed, until the reflector publishes its next list (a re-list after a
 // compaction); watched events keep going to the listed index, not to ix.
-// It exists for the benchmarks of this module (internal/sim/bench), which
+// It exists for the benchmarks of this module (bench), which
 // serve indexes of millions of entries without loading them into etcd;
 // ix's type is internal to the module. A nil ix is ignored.
 func (s *Server) ServeIndex(ix *index.Index) {

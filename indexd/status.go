@@ -229,7 +229,7 @@ func (s *Server) statusData(ctx context.Context, model, after, pageSize string) 
 		start := 0
 		if from != nil {
 			start, _ = slices.BinarySearchFunc(all, *from, func(e index.EndpointInfo, t keyspace.Endpoint) int {
-				if c := compareListed(e.Endpoint, t); c <= 0 {
+				if c := keyspace.CompareEndpoints(e.Endpoint, t); c <= 0 {
 					return -1
 				}
 				return 1
@@ -412,7 +412,7 @@ func (s *Server) statusLookup(ctx context.Context, f statusForm) *statusResult {
 			return res
 		}
 		for _, h := range fields {
-			v, err := strconv.ParseUint(strings.TrimPrefix(strings.ToLower(h), "0x"), 16, 64)
+			v, err := keyspace.ParseHashText(h)
 			if err != nil {
 				res.Err = fmt.Sprintf("%q is not a hex block hash", h)
 				return res

@@ -17,21 +17,6 @@ import (
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
-// Record header names and values (DESIGN "Kafka record contract").
-const (
-	headerModel       = contract.HeaderModel
-	headerKind        = contract.HeaderKind
-	headerDPRank      = contract.HeaderDPRank
-	headerSeq         = contract.HeaderSeq
-	headerIncarnation = contract.HeaderIncarnation
-	headerFormat      = contract.HeaderFormat
-
-	formatVLLM    = contract.FormatVLLM
-	kindHeartbeat = contract.KindHeartbeat
-	kindGoodbye   = contract.KindGoodbye
-	kindResync    = contract.KindResync
-)
-
 // Skip reasons of whole records: the metric labels of docs/semantics.md.
 const (
 	skipBadModel       = "bad_model"
@@ -75,18 +60,18 @@ func parseHeaders(hs []kgo.RecordHeader) headers {
 	for i := range hs {
 		v := string(hs[i].Value)
 		switch hs[i].Key {
-		case headerModel:
-			set(headerModel, &h.model, &h.hasModel, v)
-		case headerKind:
-			set(headerKind, &h.kind, &h.hasKind, v)
-		case headerDPRank:
-			set(headerDPRank, &h.dpRank, &h.hasDPRank, v)
-		case headerSeq:
-			set(headerSeq, &h.seq, &h.hasSeq, v)
-		case headerIncarnation:
-			set(headerIncarnation, &h.incarnation, &h.hasIncarnation, v)
-		case headerFormat:
-			set(headerFormat, &h.format, &h.hasFormat, v)
+		case contract.HeaderModel:
+			set(contract.HeaderModel, &h.model, &h.hasModel, v)
+		case contract.HeaderKind:
+			set(contract.HeaderKind, &h.kind, &h.hasKind, v)
+		case contract.HeaderDPRank:
+			set(contract.HeaderDPRank, &h.dpRank, &h.hasDPRank, v)
+		case contract.HeaderSeq:
+			set(contract.HeaderSeq, &h.seq, &h.hasSeq, v)
+		case contract.HeaderIncarnation:
+			set(contract.HeaderIncarnation, &h.incarnation, &h.hasIncarnation, v)
+		case contract.HeaderFormat:
+			set(contract.HeaderFormat, &h.format, &h.hasFormat, v)
 		}
 	}
 	return h
@@ -218,11 +203,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		skip(skipBadKey)
 		return
 	}
-	if h.hasFormat && h.format != formatVLLM {
+	if h.hasFormat && h.format != contract.FormatVLLM {
 		skip(skipUnknownFmt, "format", clip(h.format))
 		return
 	}
-	if h.hasKind && h.kind != kindHeartbeat && h.kind != kindGoodbye && h.kind != kindResync {
+	if h.hasKind && h.kind != contract.KindHeartbeat && h.kind != contract.KindGoodbye && h.kind != contract.KindResync {
 		skip(skipUnknownKind, "kind", clip(h.kind))
 		return
 	}
@@ -237,11 +222,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	if h.hasKind {
 		id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: uint32(headerRank)}
 		switch h.kind {
-		case kindGoodbye:
+		case contract.KindGoodbye:
 			a.goodbye(id)
-		case kindResync:
+		case contract.KindResync:
 			a.resync(id)
-		case kindHeartbeat:
+		case contract.KindHeartbeat:
 			a.heartbeat(id)
 		}
 		return

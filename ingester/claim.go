@@ -25,64 +25,19 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 	ctx, cancel := context.WithTimeout(ctx, in.cfg.RebalanceTimeout)
 	defer cancel()
 	member, gen := cl.GroupMetadata()
-	adm := kadm.NewClient(cl)
-	ks := in.cfg.Keyspace
-	type claimed struct {
-		rev    int64
-		stored int64 // -1: none stored
-		// offRev is the stored offset's ModRevision (0: none stored).
-		offRev int64
-	}
 	got := make(map[int32]claimed, len(ps))
 	for _, p := range ps {
-		part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
-		nonce := make([]byte, 8)
-		_, _ = rand.Read(nonce)
-		rec := keyspace.OwnerRecord{MemberID: member, Generation: gen, Nonce: hex.EncodeToString(nonce), Ingester: in.cfg.ID, Claimed: time.Now().UTC()}
-		val, err := rec.Marshal()
+		c, err := in.claimOwner(ctx, p, member, gen)
 		if err != nil {
 			return err
-		}
-		var resp *clientv3.TxnResponse
-		err = in.retry(ctx, func(ctx context.Context) error {
-			var err error
-			resp, err = in.cfg.Etcd.Txn(ctx).Then(
-				clientv3.OpPut(ks.OwnerKey(part), string(val)),
-				clientv3.OpGet(ks.OffsetKey(part)),
-			).Commit()
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("%w %s: %v", ErrClaim, part, err)
-		}
-		c := claimed{rev: resp.Header.Revision, stored: -1}
-		if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
-			c.offRev = kvs[0].ModRevision
-			if c.stored, err = keyspace.ParseOffset(kvs[0].Value); err != nil {
-				in.log.Error("stored offset is malformed; treating it as out of range", "partition", part.String(), "err", err)
-				c.stored = -2
-			}
 		}
 		got[p] = c
-		in.log.Info("partition claimed", "partition", p, "claim_revision", c.rev, "stored_offset", c.stored, "member", member, "generation", gen)
 	}
 
 	// The log's bounds, to catch stored offsets that no longer exist.
-	var starts, ends kadm.ListedOffsets
-	err := in.retry(ctx, func(ctx context.Context) error {
-		var err error
-		if starts, err = adm.ListStartOffsets(ctx, in.cfg.Topic); err == nil {
-			err = starts.Error()
-		}
-		if err == nil {
-			if ends, err = adm.ListEndOffsets(ctx, in.cfg.Topic); err == nil {
-				err = ends.Error()
-			}
-		}
-		return err
-	})
+	starts, ends, err := in.logBounds(ctx, kadm.NewClient(cl))
 	if err != nil {
-		return fmt.Errorf("%w: listing the log's offsets: %v", ErrClaim, err)
+		return err
 	}
 
 	// The endpoints last seen on each partition, read after the claims so
@@ -110,7 +65,6 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 
 	cl.ResumeFetchPartitions(map[string][]int32{in.cfg.Topic: ps})
 	for _, p := range ps {
-		c := got[p]
 		start, end := int64(0), int64(0)
 		if o, ok := starts.Lookup(in.cfg.Topic, p); ok {
 			start = o.Offset
@@ -118,33 +72,108 @@ func (in *Ingester) claim(ctx context.Context, cl *kgo.Client, ps []int32) error
 		if o, ok := ends.Lookup(in.cfg.Topic, p); ok {
 			end = o.Offset
 		}
-		w := in.newWorker(p, c.rev, eps[p])
-		w.offsetRev = c.offRev
-		w.hwm = end
-		switch {
-		case c.stored >= start && c.stored <= end:
-			w.next, w.committed = c.stored, c.stored
-		case c.stored == -1 && len(w.eps) == 0:
-			// Never consumed: start at the log start.
-			w.next, w.committed = start, -1
-		default:
-			// Outside the log (or lost): the worker drops the partition's
-			// endpoints and stores the log start before consuming. The
-			// drops delete the chunks etcd has now, not those of the
-			// stored offset's revision: nothing is replayed from it.
-			w.next, w.committed = c.stored, c.stored
-			w.reset = start
-			w.offsetRev = 0
-		}
-		if _, err := w.rebuild(ctx); err != nil {
+		if err := in.startClaimed(ctx, cl, p, got[p], eps[p], start, end); err != nil {
 			return err
 		}
-		from := w.next
-		if w.reset >= 0 {
-			from = w.reset
-		}
-		in.start(cl, w, from)
 	}
+	return nil
+}
+
+// claimed is what claiming a partition read back in the claim's
+// transaction.
+type claimed struct {
+	rev    int64
+	stored int64 // -1: none stored; -2: malformed
+	// offRev is the stored offset's ModRevision (0: none stored).
+	offRev int64
+}
+
+// claimOwner writes partition p's owner key for this group member and
+// generation and reads its stored offset in the same transaction.
+func (in *Ingester) claimOwner(ctx context.Context, p int32, member string, gen int32) (claimed, error) {
+	ks := in.cfg.Keyspace
+	part := keyspace.Partition{Topic: in.cfg.Topic, Partition: p}
+	nonce := make([]byte, 8)
+	_, _ = rand.Read(nonce)
+	rec := keyspace.OwnerRecord{MemberID: member, Generation: gen, Nonce: hex.EncodeToString(nonce), Ingester: in.cfg.ID, Claimed: time.Now().UTC()}
+	val, err := rec.Marshal()
+	if err != nil {
+		return claimed{}, err
+	}
+	var resp *clientv3.TxnResponse
+	err = in.retry(ctx, func(ctx context.Context) error {
+		var err error
+		resp, err = in.cfg.Etcd.Txn(ctx).Then(
+			clientv3.OpPut(ks.OwnerKey(part), string(val)),
+			clientv3.OpGet(ks.OffsetKey(part)),
+		).Commit()
+		return err
+	})
+	if err != nil {
+		return claimed{}, fmt.Errorf("%w %s: %v", ErrClaim, part, err)
+	}
+	c := claimed{rev: resp.Header.Revision, stored: -1}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		c.offRev = kvs[0].ModRevision
+		if c.stored, err = keyspace.ParseOffset(kvs[0].Value); err != nil {
+			in.log.Error("stored offset is malformed; treating it as out of range", "partition", part.String(), "err", err)
+			c.stored = -2
+		}
+	}
+	in.log.Info("partition claimed", "partition", p, "claim_revision", c.rev, "stored_offset", c.stored, "member", member, "generation", gen)
+	return c, nil
+}
+
+// logBounds lists the topic's start and end offsets.
+func (in *Ingester) logBounds(ctx context.Context, adm *kadm.Client) (starts, ends kadm.ListedOffsets, err error) {
+	err = in.retry(ctx, func(ctx context.Context) error {
+		var err error
+		if starts, err = adm.ListStartOffsets(ctx, in.cfg.Topic); err == nil {
+			err = starts.Error()
+		}
+		if err == nil {
+			if ends, err = adm.ListEndOffsets(ctx, in.cfg.Topic); err == nil {
+				err = ends.Error()
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: listing the log's offsets: %v", ErrClaim, err)
+	}
+	return starts, ends, nil
+}
+
+// startClaimed builds partition p's worker from its claim, its endpoints
+// and the log's bounds [start, end], decides where it consumes from,
+// rebuilds its state and starts it.
+func (in *Ingester) startClaimed(ctx context.Context, cl *kgo.Client, p int32, c claimed, eps map[keyspace.Endpoint]*endpoint, start, end int64) error {
+	w := in.newWorker(p, c.rev, eps)
+	w.offsetRev = c.offRev
+	w.hwm = end
+	switch {
+	case c.stored >= start && c.stored <= end:
+		w.next, w.committed = c.stored, c.stored
+	case c.stored == -1 && len(w.eps) == 0:
+		// Never consumed: start at the log start.
+		w.next, w.committed = start, -1
+	default:
+		// Outside the log (or lost): the worker drops the partition's
+		// endpoints and stores the log start before consuming. The
+		// drops delete the chunks etcd has now, not those of the
+		// stored offset's revision: nothing is replayed from it.
+		w.next, w.committed = c.stored, c.stored
+		w.reset = start
+		w.offsetRev = 0
+	}
+	if _, err := w.rebuild(ctx); err != nil {
+		return err
+	}
+	from := w.next
+	if w.reset >= 0 {
+		from = w.reset
+	}
+	in.start(cl, w, from)
 	return nil
 }
 

@@ -116,13 +116,17 @@
 //	etcdctl get --prefix --keys-only /kvindex/v2/chunks/<model>/<pod>/   # a pod's chunks
 //	etcdctl lease timetolive --keys <lease id from the endpoint record>
 //
-// Metrics (subsystem kvindex_ingester): records_total, events_total{type},
-// skipped_records_total{reason}, skipped_events_total{reason},
-// drops_total{reason}, txns_total{kind: part, commit}, txn_ops (histogram of ops per
-// transaction), txn_seconds, txn_retries_total, guard_failures_total,
+// Metrics (subsystem kvindex_ingester, all defined in metrics.go):
+// records_total, events_total{type}, skipped_records_total{reason},
+// skipped_events_total{reason}, drops_total{reason},
+// txns_total{kind: part, commit}, txn_ops (histogram of ops per
+// transaction), txn_seconds, txn_ops_limit, txn_ops_configured,
+// txn_retries_total, guard_failures_total, etcd_failures_total{op},
 // leases (kept alive), lease_grants_total, lease_regrants_total,
-// leases_expired_total, lag_records{partition}, partitions,
-// offset_resets_total.
+// lease_recounts_total, leases_expired_total, lag_records{partition},
+// partitions, offset_resets_total, unkeyed_blocks_total{reason},
+// map_entries{partition}, map_rebuilt_entries_total, outages_total{kind},
+// outage_seconds_total, repeated_headers_total{header}.
 //
 // # Registration
 //

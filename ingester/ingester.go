@@ -188,31 +188,17 @@ func (in *Ingester) Run(ctx context.Context) error {
 
 	// The end offsets of every partition, mine or not, are the outage
 	// watch's view of the whole topic.
-	endsCtx, stopEnds := context.WithCancel(runCtx)
-	endsDone := make(chan struct{})
-	go func() {
-		defer close(endsDone)
+	stopEnds := background(runCtx, func(ctx context.Context) {
 		every := min(max(in.cfg.OutageThreshold/5, 10*time.Millisecond), time.Second)
-		in.outage.watchEnds(endsCtx, kadm.NewClient(cl), in.cfg.Topic, every, max(every, in.cfg.OutageThreshold/2))
-	}()
-
-	keeperCtx, stopKeeper := context.WithCancel(context.WithoutCancel(ctx))
-	keeperDone := make(chan struct{})
-	go func() {
-		defer close(keeperDone)
-		_ = in.leases.run(keeperCtx)
-	}()
-
-	regCtx, stopReg := context.WithCancel(runCtx)
-	regDone := make(chan struct{})
-	go func() {
-		defer close(regDone)
-		in.register(regCtx)
-	}()
+		in.outage.watchEnds(ctx, kadm.NewClient(cl), in.cfg.Topic, every, max(every, in.cfg.OutageThreshold/2))
+	})
+	// The keep-alive outlives ctx: it stops only after the workers and
+	// the group.
+	stopKeeper := background(context.WithoutCancel(ctx), func(ctx context.Context) { _ = in.leases.run(ctx) })
+	stopReg := background(runCtx, in.register)
 
 	in.poll(runCtx)
 	stopEnds()
-	<-endsDone
 
 	// Shutdown: workers first (no more writes), then the group, then the
 	// keepalives.
@@ -221,14 +207,28 @@ func (in *Ingester) Run(ctx context.Context) error {
 	in.stopAll() // a revoke during close may not have run
 	in.workers.Wait()
 	stopKeeper()
-	<-keeperDone
 	stopReg()
-	<-regDone
 	in.ready.Store(false)
 	if cause := context.Cause(runCtx); cause != nil && !errors.Is(cause, context.Canceled) {
 		return cause
 	}
 	return nil
+}
+
+// background runs fn in a goroutine of its own on a context derived from
+// parent. The returned stop cancels that context and waits for fn to
+// return; it must be called exactly once.
+func background(parent context.Context, fn func(context.Context)) (stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fn(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 // poll is the consume loop: it hands each partition's records to its

@@ -160,15 +160,6 @@ func (w *worker) handle(ctx context.Context, x input) error {
 	return nil
 }
 
-// endpoints returns the partition's endpoints.
-func (w *worker) endpoints() []*endpoint {
-	out := make([]*endpoint, 0, len(w.eps))
-	for _, ep := range w.eps {
-		out = append(out, ep)
-	}
-	return out
-}
-
 // release stops keeping the partition's leases alive (the partition is
 // going; its successor adopts them), those of endpoints forgotten by a
 // drop the worker did not write too (the successor replays it).

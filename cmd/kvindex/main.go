@@ -1,7 +1,8 @@
 // Command kvindex is the single binary of kvindex: a live KV-cache block
 // index for LLM routers. Its subcommands run the roles (ingester, indexd,
 // bridge, standalone) and the operator tools (lookup, endpoints, inspect,
-// migrate, replay, bench); `kvindex --help` lists them.
+// migrate, replay); `kvindex --help` lists them. The benchmarks are a
+// command of their own, cmd/kvindex-bench.
 package main
 
 import (
@@ -11,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/kvindex/kvindex/internal/cli"
+	"github.com/kvindex/kvindex/wiring/cli"
 )
 
 func main() {

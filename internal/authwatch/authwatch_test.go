@@ -18,12 +18,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/kvindex/kvindex/internal/authwatch"
-	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
 	"github.com/kvindex/kvindex/internal/testcerts"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tlsfiles"
+	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }

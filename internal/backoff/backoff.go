@@ -23,7 +23,7 @@ import (
 type Backoff struct {
 	// Min is the first nominal delay; Max caps the nominal delay.
 	Min, Max time.Duration
-	// Clock times the waits of Wait. Nil means the real clock.
+	// Clock times the waits of Retry and Until. Nil means the real clock.
 	Clock clockwork.Clock
 
 	cur time.Duration
@@ -47,12 +47,6 @@ func (b *Backoff) Next() time.Duration {
 
 // Reset makes the next delay start again at Min (call it after a success).
 func (b *Backoff) Reset() { b.cur = 0 }
-
-// Wait sleeps for Next() on the Backoff's clock, or until ctx ends, and
-// returns ctx's error if it ended first.
-func (b *Backoff) Wait(ctx context.Context) error {
-	return Sleep(ctx, b.Clock, b.Next())
-}
 
 // Sleep waits for d on clock (nil: the real clock) or until ctx ends, and
 // returns ctx's error if it ended first.
@@ -90,6 +84,29 @@ func Retry(ctx context.Context, b *Backoff, fn func(context.Context) error, onRe
 		if Sleep(ctx, b.Clock, d) != nil {
 			return &retryError{ctx: ctx.Err(), last: err}
 		}
+	}
+}
+
+// Until calls fn again and again until ctx ends, in the shape of
+// client-go's BackoffUntil around a ListAndWatch: a call that made
+// progress resets b first; a call that returns an error is followed by
+// b's next delay (onRetry, when not nil, is told the error and the delay);
+// a call that returns nil is followed at once by the next. It returns when
+// ctx ends, never earlier.
+func Until(ctx context.Context, b *Backoff, fn func(context.Context) (progressed bool, err error), onRetry func(err error, delay time.Duration)) {
+	for ctx.Err() == nil {
+		progressed, err := fn(ctx)
+		if progressed {
+			b.Reset()
+		}
+		if err == nil || ctx.Err() != nil {
+			continue
+		}
+		d := b.Next()
+		if onRetry != nil {
+			onRetry(err, d)
+		}
+		_ = Sleep(ctx, b.Clock, d)
 	}
 }
 

@@ -86,3 +86,64 @@ func TestRetryStopsWithContext(t *testing.T) {
 		t.Errorf("%d calls, want 1", calls)
 	}
 }
+
+// TestUntil runs fn through a script of outcomes on a fake clock: an
+// error waits a delay (growing while nothing progresses), nil goes again
+// at once, and progress resets the delay to Min. It checks the delays
+// Until drew and that it returns only when ctx ends.
+func TestUntil(t *testing.T) {
+	type outcome struct {
+		progressed bool
+		err        bool
+	}
+	script := []outcome{
+		{err: true},                   // wait ~Min
+		{err: true},                   // wait ~2 Min
+		{progressed: false},           // again at once
+		{progressed: true, err: true}, // reset, wait ~Min
+		{err: true},                   // wait ~2 Min
+	}
+	clock := clockwork.NewFakeClock()
+	b := New(time.Second, time.Minute, clock)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	calls := 0
+	var delays []time.Duration
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Until(ctx, b, func(context.Context) (bool, error) {
+			if calls == len(script) {
+				cancel()
+				return false, nil
+			}
+			o := script[calls]
+			calls++
+			if o.err {
+				return o.progressed, errors.New("broken")
+			}
+			return o.progressed, nil
+		}, func(_ error, d time.Duration) { delays = append(delays, d) })
+	}()
+	for range 4 { // one wait per scripted error
+		if err := clock.BlockUntilContext(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Minute)
+	}
+	<-done
+	if calls != len(script) {
+		t.Fatalf("%d calls, want %d", calls, len(script))
+	}
+	// Nominal delays: 1 s, 2 s, then (after the reset) 1 s, 2 s; each
+	// drawn from [d/2, d].
+	nominal := []time.Duration{time.Second, 2 * time.Second, time.Second, 2 * time.Second}
+	if len(delays) != len(nominal) {
+		t.Fatalf("delays %v, want %d", delays, len(nominal))
+	}
+	for i, n := range nominal {
+		if delays[i] < n/2 || delays[i] > n {
+			t.Errorf("delay %d = %v, want within [%v, %v]", i, delays[i], n/2, n)
+		}
+	}
+}

@@ -5,10 +5,14 @@ import (
 	"go/parser"
 	"go/token"
 	"io/fs"
+	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"github.com/kvindex/kvindex/internal/testutil"
 )
@@ -130,4 +134,127 @@ func recvName(d *ast.FuncDecl) string {
 		return "(" + id.Name + ")."
 	}
 	return ""
+}
+
+// TestIngesterMetricsListed checks that ingester/doc.go's metric list
+// names every metric ingester/metrics.go defines, and no other.
+func TestIngesterMetricsListed(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	src, err := os.ReadFile(filepath.Join(root, "ingester", "metrics.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile(filepath.Join(root, "ingester", "doc.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var defined []string
+	for _, m := range regexp.MustCompile(`Name: "(\w+)"`).FindAllSubmatch(src, -1) {
+		defined = append(defined, string(m[1]))
+	}
+	_, list, ok := strings.Cut(string(doc), "// Metrics (subsystem kvindex_ingester")
+	if !ok {
+		t.Fatal(`ingester/doc.go has no "Metrics (subsystem kvindex_ingester" paragraph`)
+	}
+	list, _, _ = strings.Cut(list, "\n//\n")
+	var listed []string
+	for _, m := range regexp.MustCompile(`\b([a-z]+(?:_[a-z]+)+|leases|partitions)\b`).FindAllString(list, -1) {
+		if m != "kvindex_ingester" {
+			listed = append(listed, m)
+		}
+	}
+	if len(defined) < 20 {
+		t.Fatalf("found %d metrics in ingester/metrics.go: has its form changed?", len(defined))
+	}
+	sort.Strings(defined)
+	sort.Strings(listed)
+	if diff := cmp.Diff(defined, listed); diff != "" {
+		t.Errorf("ingester/doc.go's metric list differs from metrics.go (-defined +listed):\n%s", diff)
+	}
+}
+
+// TestMakefileModules checks the Makefile's MODULES against the go.mod
+// files of the repository, and docs/STYLE.md's count of them.
+func TestMakefileModules(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	var found []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.Name() == "go.mod" {
+			rel, _ := filepath.Rel(root, filepath.Dir(path))
+			found = append(found, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := os.ReadFile(filepath.Join(root, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^MODULES\s*:=\s*(.*)$`).FindSubmatch(mk)
+	if m == nil {
+		t.Fatal("the Makefile has no MODULES := line")
+	}
+	listed := strings.Fields(string(m[1]))
+	sort.Strings(found)
+	sort.Strings(listed)
+	if diff := cmp.Diff(found, listed); diff != "" {
+		t.Errorf("Makefile MODULES differs from the go.mod files (-go.mod +MODULES):\n%s", diff)
+	}
+	style, err := os.ReadFile(filepath.Join(root, "docs", "STYLE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"}
+	if n := len(found); n < len(words) && !strings.Contains(string(style), words[n]+"\n  today") && !strings.Contains(string(style), words[n]+" today") {
+		t.Errorf("docs/STYLE.md does not say %q: the repository has %d modules", words[n]+" today", n)
+	}
+}
+
+// TestArchitectureNamesIngesterFiles checks docs/ARCHITECTURE.md's write
+// path against ingester/: every file it names exists there, and every
+// non-test file there is named.
+func TestArchitectureNamesIngesterFiles(t *testing.T) {
+	root := testutil.RepoRoot(t)
+	arch, err := os.ReadFile(filepath.Join(root, "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(arch), "## Write path")
+	end := strings.Index(string(arch), "## Read path")
+	if start < 0 || end < start {
+		t.Fatal(`docs/ARCHITECTURE.md lacks "## Write path" before "## Read path"`)
+	}
+	named := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(\\w+\\.go)`").FindAllStringSubmatch(string(arch)[start:end], -1) {
+		named[m[1]] = true
+	}
+	files, err := filepath.Glob(filepath.Join(root, "ingester", "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	exists := map[string]bool{}
+	for _, f := range files {
+		if b := filepath.Base(f); !strings.HasSuffix(b, "_test.go") && b != "doc.go" {
+			exists[b] = true
+			if !named[b] {
+				t.Errorf("docs/ARCHITECTURE.md's write path does not name ingester/%s", b)
+			}
+		}
+	}
+	if len(exists) == 0 {
+		t.Fatal("no files in ingester/")
+	}
+	for f := range named {
+		if !exists[f] {
+			t.Errorf("docs/ARCHITECTURE.md's write path names %s, which ingester/ does not have", f)
+		}
+	}
 }

@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kvindex/kvindex/bench/paired"
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

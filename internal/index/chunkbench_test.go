@@ -5,11 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/kvindex/kvindex/bench"
+	"github.com/kvindex/kvindex/bench/paired"
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
-	"github.com/kvindex/kvindex/internal/sim/bench"
-	"github.com/kvindex/kvindex/internal/sim/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -119,7 +119,7 @@ func traceChunks(tb testing.TB, n int, tokenMode bool) (ops []indextest.ChunkOp,
 
 // BenchmarkChunkMemory measures heap bytes per (block, endpoint, tier)
 // (DESIGN goal 48; issue 23's goal for the reader with its chunk state
-// included: 24) on the trace entries of `kvindex bench lookup` (16
+// included: 24) on the trace entries of `kvindex-bench lookup` (16
 // endpoints, GPU), three ways in one run: "put" builds the index entry by
 // entry with Index.Put (no chunk state: the layout v1's block keys built,
 // today's figure); "prev_kv" applies the entries' chunk puts, as a list
@@ -324,7 +324,7 @@ func BenchmarkApplyChunks(b *testing.B) {
 	}
 }
 
-// BenchmarkTraceLookupChunks is internal/sim/bench's BenchmarkTraceLookup
+// BenchmarkTraceLookupChunks is bench's BenchmarkTraceLookup
 // on an index built from the same entries' chunk puts (1M entries, 16
 // endpoints, token-mode values): Lookup per hash against a bare map probe
 // over the same keys (LookupCost). Metrics: ns/hash, map-ns/hash, x-map.

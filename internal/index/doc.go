@@ -4,7 +4,7 @@
 //
 // indexd's reflector is its one writer: it lists etcd into a fresh Index
 // and then applies each watched revision inside Write. The package has no
-// etcd, gRPC or Kafka of its own, so the benchmarks (internal/sim/bench) and
+// etcd, gRPC or Kafka of its own, so the benchmarks (bench) and
 // tests build and query an Index directly.
 //
 // Input: keyspace v2's chunk values (DESIGN "etcd keyspace (v2)"), each

@@ -262,7 +262,7 @@ func errV1Block(key string) error {
 
 // Put makes (hash, ep, t) present without building or parsing a key: for
 // building an index from known entries (the benchmarks in
-// internal/sim/bench build millions). It is presence, not a chunk: a
+// bench build millions). It is presence, not a chunk: a
 // triple Put twice is present once, and it must not be mixed with chunk
 // puts of the same (endpoint, tier). It errors for an invalid endpoint
 // (keyspace.ErrMalformedKey) or tier, or with ErrFull. Call it inside
@@ -727,6 +727,17 @@ func (ix *Index) lookupLocked(sc *Scratch, tbl *table, hashes []uint64, cands []
 	if len(alive) == 0 {
 		return
 	}
+	done, col := ix.walk(sc, m, hashes, alive, col)
+	ix.assemble(sc, done, col)
+}
+
+// walk follows hashes[1:] from alive, the endpoints (sorted IDs) holding
+// the first block, with col their best tiers of it. An endpoint leaves
+// alive at the first block it lacks; walk stops when none is left. It
+// returns done, one entry per endpoint with the number of blocks it
+// matched, and col extended by, per block, the best tier of each endpoint
+// still alive there, in ID order.
+func (ix *Index) walk(sc *Scratch, m map[uint64]uint32, hashes []uint64, alive []uint32, col []tier.Tier) ([]doneMatch, []tier.Tier) {
 	done := sc.done
 	vals := sc.vals
 	words := ix.sets.words
@@ -801,9 +812,15 @@ outer:
 		done = append(done, doneMatch{id: id, blocks: i})
 	}
 	sc.vals, sc.alive, sc.col = vals, alive, col
+	return done, col
+}
 
-	// Read the tiers back: col holds, for block b, one entry per endpoint
-	// with more than b blocks, in endpoint ID order.
+// assemble turns walk's answer into the matches: it reads each match's
+// tiers back from col in one sequential pass (col holds, for block b, one
+// entry per endpoint with more than b blocks, in endpoint ID order) and
+// appends the matches to sc.Matches, their tiers to sc.tiers, in the
+// answer's order.
+func (ix *Index) assemble(sc *Scratch, done []doneMatch, col []tier.Tier) {
 	slices.SortFunc(done, func(a, b doneMatch) int { return cmp.Compare(a.id, b.id) })
 	total := 0
 	for k := range done {
@@ -901,18 +918,8 @@ func (ix *Index) ListEndpoints(model string) ([]EndpointInfo, int64) {
 	}
 	rev := ix.revision
 	ix.mu.RUnlock()
-	slices.SortFunc(out, func(a, b EndpointInfo) int { return compareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b EndpointInfo) int { return keyspace.CompareEndpoints(a.Endpoint, b.Endpoint) })
 	return out, rev
-}
-
-func compareEndpoints(a, b keyspace.Endpoint) int {
-	if c := strings.Compare(a.Model, b.Model); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Rank, b.Rank)
 }
 
 // lagging returns the first barrier record whose partition's applied next

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kvindex/kvindex/internal/sim/bench/paired"
+	"github.com/kvindex/kvindex/bench/paired"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 

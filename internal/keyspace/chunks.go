@@ -95,17 +95,22 @@ func AppendChunkKey(dst []byte, endpointPrefix string, t tier.Tier, seq uint64) 
 	return AppendHash(dst, seq)
 }
 
-// appendEndpointPath appends {prefix}{section}{model}/{pod}/{rank}/, the
-// one builder of an endpoint's path in any section.
+// appendEndpointPath appends {prefix}{section}{model}/{pod}/{rank}/.
 func (k Keyspace) appendEndpointPath(dst []byte, section string, ep Endpoint) []byte {
 	dst = append(dst, k.prefix...)
 	dst = append(dst, section...)
+	return append(appendEndpoint(dst, ep), '/')
+}
+
+// appendEndpoint appends {model}/{pod}/{rank}, escaped: the one builder
+// of an endpoint's segments, in the keys of every section that names one
+// (endpoints/, members/, chunks/); parseEndpointPath reads them back.
+func appendEndpoint(dst []byte, ep Endpoint) []byte {
 	dst = append(dst, escape(ep.Model)...)
 	dst = append(dst, '/')
 	dst = append(dst, escape(ep.Pod)...)
 	dst = append(dst, '/')
-	dst = strconv.AppendUint(dst, uint64(ep.Rank), 10)
-	return append(dst, '/')
+	return strconv.AppendUint(dst, uint64(ep.Rank), 10)
 }
 
 // SplitChunkKey is the allocation-free fast path of ParseChunkKey for

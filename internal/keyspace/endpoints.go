@@ -1,10 +1,5 @@
 package keyspace
 
-import (
-	"strconv"
-	"strings"
-)
-
 // EndpointsPrefix is the prefix of every endpoint record key.
 func (k Keyspace) EndpointsPrefix() string { return k.prefix + sectionEndpoints }
 
@@ -16,16 +11,10 @@ func (k Keyspace) ModelEndpointsPrefix(model string) string {
 // EndpointKey is the key of ep's EndpointRecord:
 // endpoints/{model}/{pod}/{rank}.
 func (k Keyspace) EndpointKey(ep Endpoint) string {
-	var b strings.Builder
-	b.Grow(len(k.prefix) + len(sectionEndpoints) + len(ep.Model) + len(ep.Pod) + 12)
-	b.WriteString(k.prefix)
-	b.WriteString(sectionEndpoints)
-	b.WriteString(escape(ep.Model))
-	b.WriteByte('/')
-	b.WriteString(escape(ep.Pod))
-	b.WriteByte('/')
-	b.WriteString(strconv.FormatUint(uint64(ep.Rank), 10))
-	return b.String()
+	dst := make([]byte, 0, len(k.prefix)+len(sectionEndpoints)+len(ep.Model)+len(ep.Pod)+12)
+	dst = append(dst, k.prefix...)
+	dst = append(dst, sectionEndpoints...)
+	return string(appendEndpoint(dst, ep))
 }
 
 // ParseEndpointKey parses an endpoint record key strictly.

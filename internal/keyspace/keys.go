@@ -1,8 +1,10 @@
 package keyspace
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -17,6 +19,14 @@ type Endpoint struct {
 	Pod string
 	// Rank is the data-parallel rank; a batch without one is rank 0.
 	Rank uint32
+}
+
+// CompareEndpoints is the one order of endpoints: by model, then pod
+// (byte-wise), then rank. ListEndpoints lists in it and its page token
+// names the last endpoint of a page in it, so every replica and every
+// reference model must sort the same way: they all call this.
+func CompareEndpoints(a, b Endpoint) int {
+	return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.Pod, b.Pod), cmp.Compare(a.Rank, b.Rank))
 }
 
 // Validate reports ErrInvalidName when the model or pod cannot be stored.
@@ -75,6 +85,19 @@ func ParseHash(s string) (uint64, error) {
 		}
 	}
 	return h, nil
+}
+
+// ParseHashText parses a block hash as a person or a fixture writes it:
+// 1 to 16 hex digits of either case, optionally prefixed 0x or 0X (the
+// lookup command's arguments, the status page's query, scenario files).
+// Keys use ParseHash, which takes only the canonical 16 lower-case digits.
+func ParseHashText(s string) (uint64, error) {
+	d := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	v, err := strconv.ParseUint(d, 16, 64)
+	if err != nil || d == "" {
+		return 0, fmt.Errorf("keyspace: hash %q is not 64-bit hex", s)
+	}
+	return v, nil
 }
 
 // parseEndpointPath parses "{model}/{pod}/{rank}".

@@ -3,6 +3,7 @@ package keyspace
 import (
 	"errors"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -322,5 +323,51 @@ func TestMemberKeyRoundTrip(t *testing.T) {
 		if _, _, err := ks.ParseMemberKey(bad); !errors.Is(err, ErrMalformedKey) {
 			t.Errorf("ParseMemberKey(%q) = %v, want ErrMalformedKey", bad, err)
 		}
+	}
+}
+
+func TestParseHashText(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    uint64
+		wantErr bool
+	}{
+		{in: "e5068d13bba8906f", want: 0xe5068d13bba8906f},
+		{in: "0xE5068D13BBA8906F", want: 0xe5068d13bba8906f},
+		{in: "0X1", want: 1},
+		{in: "ff", want: 0xff},
+		{in: "", wantErr: true},
+		{in: "0x", wantErr: true},
+		{in: "+1", wantErr: true},
+		{in: "1_0", wantErr: true},
+		{in: "g", wantErr: true},
+		{in: "1ffffffffffffffff", wantErr: true}, // 65 bits
+	}
+	for _, tc := range tests {
+		got, err := ParseHashText(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseHashText(%q) = %#x, %v; want %#x, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+	}
+}
+
+func TestCompareEndpoints(t *testing.T) {
+	eps := []Endpoint{
+		{Model: "m2", Pod: "a", Rank: 0},
+		{Model: "m1", Pod: "b", Rank: 0},
+		{Model: "m1", Pod: "a", Rank: 10},
+		{Model: "m1", Pod: "a", Rank: 2},
+		{Model: "m1", Pod: "B", Rank: 0},
+	}
+	slices.SortFunc(eps, CompareEndpoints)
+	want := []Endpoint{
+		{Model: "m1", Pod: "B", Rank: 0},
+		{Model: "m1", Pod: "a", Rank: 2},
+		{Model: "m1", Pod: "a", Rank: 10},
+		{Model: "m1", Pod: "b", Rank: 0},
+		{Model: "m2", Pod: "a", Rank: 0},
+	}
+	if diff := cmp.Diff(want, eps); diff != "" {
+		t.Errorf("sorted endpoints (-want +got):\n%s", diff)
 	}
 }

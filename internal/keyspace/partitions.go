@@ -109,7 +109,7 @@ func (k Keyspace) MembersPrefix(p Partition) string {
 // is written with the endpoint's record, on the record's lease, and deleted
 // with it.
 func (k Keyspace) MemberKey(p Partition, ep Endpoint) string {
-	return k.MembersPrefix(p) + escape(ep.Model) + "/" + escape(ep.Pod) + "/" + strconv.FormatUint(uint64(ep.Rank), 10)
+	return string(appendEndpoint([]byte(k.MembersPrefix(p)), ep))
 }
 
 // ParseMemberKey parses a member key strictly.

@@ -187,14 +187,6 @@ func match(pod string, rank uint32, tiers ...tier.Tier) scenario.Match {
 	return m
 }
 
-func repeatTier(tr tier.Tier, n int) []tier.Tier {
-	out := make([]tier.Tier, n)
-	for i := range out {
-		out[i] = tr
-	}
-	return out
-}
-
 func stored(hs []uint64, medium string) events.Event {
 	return events.Event{Type: events.BlockStored, BlockHashes: hs, TokenIDs: toks(len(hs)), BlockSize: 16, Medium: medium}
 }

@@ -16,11 +16,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/keyspace"
 )
 
 // ErrMalformed is wrapped by every error about a scenario file's content.
@@ -279,7 +279,7 @@ func parseStep(n int, l *line, mode string) (Step, error) {
 		}
 		hashes := make([]uint64, len(l.Hashes))
 		for i, h := range l.Hashes {
-			v, err := strconv.ParseUint(h, 16, 64)
+			v, err := keyspace.ParseHashText(h)
 			if err != nil {
 				return Step{}, fmt.Errorf("%w: line %d: hash %d %q is not 64-bit hex", ErrMalformed, n, i, h)
 			}

@@ -56,9 +56,6 @@ func DialKVIndex(params ProducerParams) (*KVIndex, error) {
 	return &KVIndex{c: c}, nil
 }
 
-// NewKVIndex wraps an existing client (tests, and routers that share one).
-func NewKVIndex(c *client.Client) *KVIndex { return &KVIndex{c: c} }
-
 // Close closes the client.
 func (k *KVIndex) Close() error { return k.c.Close() }
 

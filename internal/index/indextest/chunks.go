@@ -185,13 +185,3 @@ func (c *Chunker) Present(ref *Reference) {
 		}
 	}
 }
-
-// Chunks returns the number of chunks of (ep, t) and their keys in
-// total.
-func (c *Chunker) Chunks(ep keyspace.Endpoint, t tier.Tier) (chunks, keys int) {
-	tc := c.tiers[tierKey{ep, t}]
-	if tc == nil {
-		return 0, 0
-	}
-	return len(tc.chunks), len(tc.where)
-}

@@ -155,7 +155,7 @@ func (r *Reference) Endpoints(model string) []index.EndpointInfo {
 			out = append(out, *info)
 		}
 	}
-	slices.SortFunc(out, func(a, b index.EndpointInfo) int { return CompareEndpoints(a.Endpoint, b.Endpoint) })
+	slices.SortFunc(out, func(a, b index.EndpointInfo) int { return keyspace.CompareEndpoints(a.Endpoint, b.Endpoint) })
 	return out
 }
 
@@ -171,16 +171,4 @@ func SortMatches(ms []index.Match) {
 		}
 		return cmp.Compare(a.Endpoint.Rank, b.Endpoint.Rank)
 	})
-}
-
-// CompareEndpoints orders endpoints by model, pod, rank (ListEndpoints'
-// order).
-func CompareEndpoints(a, b keyspace.Endpoint) int {
-	if c := strings.Compare(a.Model, b.Model); c != 0 {
-		return c
-	}
-	if c := strings.Compare(a.Pod, b.Pod); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Rank, b.Rank)
 }

@@ -11,7 +11,7 @@
 // CPU tier (an offload placeholder: no tokens, block size 0); a CPU hit is
 // loaded back into the GPU. Requests are routed round-robin.
 //
-// Not production code (internal/sim): only the `kvindex bench` workloads
+// Not production code (internal/sim): only the `kvindex-bench` workloads
 // and tests use it.
 package fleetsim
 

@@ -364,7 +364,7 @@ func (m *Model) Endpoints() []keyspace.Endpoint {
 	for ep := range m.endpoints {
 		out = append(out, ep)
 	}
-	slices.SortFunc(out, compareEndpoints)
+	slices.SortFunc(out, keyspace.CompareEndpoints)
 	return out
 }
 
@@ -417,10 +417,6 @@ func LookupBlocks(blocks []keyspace.Block, model string, hashes []uint64) []scen
 // order to compare two block sets in.
 func SortBlocks(bs []keyspace.Block) {
 	slices.SortFunc(bs, func(a, b keyspace.Block) int {
-		return cmp.Or(compareEndpoints(a.Endpoint, b.Endpoint), cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Hash, b.Hash))
+		return cmp.Or(keyspace.CompareEndpoints(a.Endpoint, b.Endpoint), cmp.Compare(a.Tier, b.Tier), cmp.Compare(a.Hash, b.Hash))
 	})
-}
-
-func compareEndpoints(a, b keyspace.Endpoint) int {
-	return cmp.Or(cmp.Compare(a.Model, b.Model), cmp.Compare(a.Pod, b.Pod), cmp.Compare(a.Rank, b.Rank))
 }

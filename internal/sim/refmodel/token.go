@@ -115,16 +115,6 @@ func (st *endpoint) removeTokens(ev events.Event) {
 	}
 }
 
-// MapEntries returns the entries of every endpoint's engine hash map
-// (token mode), to compare with the ingester's bound on them.
-func (m *Model) MapEntries() int {
-	n := 0
-	for _, st := range m.endpoints {
-		n += len(st.engine)
-	}
-	return n
-}
-
 // clearTier forgets tier t of every engine hash (a TierBlocksCleared); an
 // entry no other tier holds goes.
 func (st *endpoint) clearTier(t tier.Tier) {

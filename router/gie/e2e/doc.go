@@ -1,6 +1,6 @@
 // Package e2e tests kvindex's EPP plugin (router/gie) against the real
 // kvindex pipeline in process: embedded etcd, the kfake Kafka broker, an
-// ingester in token mode and indexd (internal/stack), fed vLLM-format KV
+// ingester in token mode and indexd (wiring/stack), fed vLLM-format KV
 // event batches as the bridge produces them, with requests going through
 // GIE's director (router/gie/internal/epptest). It is a module of its own
 // (github.com/kvindex/kvindex/router/gie/e2e) so that the main module's

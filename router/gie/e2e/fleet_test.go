@@ -15,11 +15,11 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/stack"
-	"github.com/kvindex/kvindex/internal/stack/stacktest"
 	"github.com/kvindex/kvindex/router/gie"
 	"github.com/kvindex/kvindex/router/gie/e2e/internal/kvevents"
 	"github.com/kvindex/kvindex/router/gie/internal/epptest"
+	"github.com/kvindex/kvindex/wiring/stack"
+	"github.com/kvindex/kvindex/wiring/stack/stacktest"
 )
 
 const (

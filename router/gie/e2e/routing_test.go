@@ -15,9 +15,9 @@ import (
 	approx "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/requestcontrol/dataproducer/approximateprefix"
 
 	"github.com/kvindex/kvindex/client"
-	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/router/gie"
 	"github.com/kvindex/kvindex/router/gie/internal/epptest"
+	"github.com/kvindex/kvindex/wiring/stack"
 )
 
 // holdings stores, for three prompts, a different longest holder, each

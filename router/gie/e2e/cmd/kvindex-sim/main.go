@@ -29,7 +29,7 @@ import (
 	"github.com/go-logr/logr"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/kvindex/kvindex/internal/sim/bench"
+	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/router/gie/e2e/internal/sim"
 )
 
@@ -52,7 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.SetOutput(stderr)
 	def := sim.DefaultConfig()
 	quick := fs.Bool("quick", false, "the quick run (first 1500 requests, one cache size, 4 restarting routers; under 2 minutes)")
-	output := fs.String("o", "text", "figures on stdout: text (a table) or json (one object per figure per line, as kvindex bench -o json)")
+	output := fs.String("o", "text", "figures on stdout: text (a table) or json (one object per figure per line, as kvindex-bench -o json)")
 	repo := fs.String("repo", "", "the kvindex repository (default: found from the working directory upward)")
 	trace := fs.String("trace", "", "the trace, relative to the repository unless absolute (default "+def.TracePath+")")
 	report := fs.String("report", "kvindex-sim-report", "directory for report.md and hit_rate.svg (empty: no report)")

@@ -1,9 +1,9 @@
-// Package sim is kvindex's routing-quality simulator (issue 17, the
-// command cmd/kvindex-sim): it replays a Mooncake trace through real GIE
+// Package sim is kvindex's routing-quality simulator (the command
+// cmd/kvindex-sim): it replays a Mooncake trace through real GIE
 // endpoint pickers (router/gie/internal/epptest: GIE v1.5.0's config
 // loader and Director in process) in front of simulated vLLM pods whose
 // KV events go through the real kvindex pipeline in process (embedded
-// etcd, kfake, the ingester in token mode and indexd: internal/stack), and
+// etcd, kfake, the ingester in token mode and indexd: wiring/stack), and
 // measures what each routing strategy makes of the pods' caches.
 //
 // The parts, each in its own file:

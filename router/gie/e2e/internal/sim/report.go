@@ -17,7 +17,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/kvindex/kvindex/internal/sim/bench"
+	"github.com/kvindex/kvindex/bench"
 )
 
 // Figure names the simulator prints (bench.Figure's Name).

@@ -18,10 +18,10 @@ import (
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/events"
-	"github.com/kvindex/kvindex/internal/stack"
 	"github.com/kvindex/kvindex/router/gie"
 	"github.com/kvindex/kvindex/router/gie/e2e/internal/kvevents"
 	"github.com/kvindex/kvindex/router/gie/internal/epptest"
+	"github.com/kvindex/kvindex/wiring/stack"
 )
 
 // RunSpec is one run of the grid: a strategy with K router instances,

@@ -170,11 +170,12 @@ func createTopic(c *kfake.Cluster, topic string, partitions int32) error {
 
 // newProducer returns a producer that partitions by record key as
 // Kafka's default partitioner does (so one pod stays in one partition) and
-// sends each record as soon as it can.
+// sends each record as soon as it can, in batches of at most the
+// broker's default max message size (1 MiB).
 func newProducer(brokers []string, log *slog.Logger) (*kgo.Client, error) {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ProducerLinger(0),
 		kgo.RecordPartitioner(kgo.StickyKeyPartitioner(nil)), kgo.MaxBufferedRecords(1<<16),
-		kgo.ProducerBatchMaxBytes(4<<20), kgo.WithLogger(logging.Kgo(log.With("component", "producer"))))
+		kgo.WithLogger(logging.Kgo(log.With("component", "producer"))))
 	if err != nil {
 		return nil, fmt.Errorf("bench: producer: %w", err)
 	}
@@ -247,10 +248,12 @@ type ingesterOptions struct {
 	partitions int32
 	maxTxnOps  int
 	windowOps  int
-	inFlight   int
-	hashMode   keyspace.HashMode
-	beforeTxn  func(context.Context, ingester.TxnInfo) error
-	log        *slog.Logger
+	// linger is the ingester's WindowLinger.
+	linger    time.Duration
+	inFlight  int
+	hashMode  keyspace.HashMode
+	beforeTxn func(context.Context, ingester.TxnInfo) error
+	log       *slog.Logger
 }
 
 // startIngester starts an ingester in a consumer group of its own (every
@@ -271,6 +274,7 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	if o.maxTxnOps > 0 {
 		cfg.MaxTxnOps = o.maxTxnOps
 	}
+	cfg.WindowLinger = o.linger
 	if o.windowOps > 0 {
 		cfg.WindowOps = o.windowOps
 	}

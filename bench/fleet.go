@@ -55,12 +55,23 @@ type FleetConfig struct {
 	// default bound on Lookups parked on a barrier (256), which an
 	// unpaced run would otherwise exceed.
 	MaxInFlight int
+	// CeilingInFlight is MaxInFlight in the unpaced end-to-end run that
+	// measures the pipeline's ceiling. Default MaxInFlight times
+	// CeilingProbeEvery: as many probes wait on the second replica as in
+	// a paced run probing every batch, and the producer is not what
+	// bounds the run (a bound of MaxInFlight unacknowledged batches would
+	// cap it at MaxInFlight per produce round trip).
+	CeilingInFlight int
 	// BarrierTimeout bounds each probe's wait. Default 30 s.
 	BarrierTimeout time.Duration
 	// WindowOps is the ingesters' Config.WindowOps (the block operations
 	// that end a batch window), and the v1 writer's. Default the
 	// ingester's.
 	WindowOps int
+	// WindowLinger is the ingesters' Config.WindowLinger in the paced and
+	// the unpaced runs (the captured transactions come from an unpaced
+	// run too). Default (zero) the ingester's.
+	WindowLinger time.Duration
 	// MaxTxnOps is the ingesters' --max-txn-ops, the most operations per
 	// transaction (they pack what etcd accepts up to it; the embedded etcd
 	// takes 1,024, as deploy/ runs it), and the v1 writer's bound. Default
@@ -103,6 +114,9 @@ func (c *FleetConfig) defaults() error {
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 200
 	}
+	if c.CeilingInFlight <= 0 {
+		c.CeilingInFlight = c.MaxInFlight * c.CeilingProbeEvery
+	}
 	if c.BarrierTimeout <= 0 {
 		c.BarrierTimeout = 30 * time.Second
 	}
@@ -126,6 +140,8 @@ const FreshnessGoalRate = 50_000
 // ingester's coalescing), a count that does not depend on the layout.
 type FleetResult struct {
 	Partitions int32
+	// WindowLinger is the ingesters' WindowLinger in the runs.
+	WindowLinger time.Duration
 	// Setup is the run's etcd and ingester settings.
 	Setup Setup
 	// Records, Events and BlockOps are the run's stream (the Duration's
@@ -229,7 +245,7 @@ func (r *FleetResult) Figures() []Figure {
 	if r.TargetRate > 0 {
 		pace = strconv.FormatFloat(r.TargetRate, 'f', 0, 64)
 	}
-	labels := r.Setup.labels(map[string]string{"fraction": frac, "rate": pace, "partitions": fmt.Sprint(r.Partitions), "layout": r.Captured.Layout})
+	labels := r.Setup.labels(map[string]string{"fraction": frac, "rate": pace, "partitions": fmt.Sprint(r.Partitions), "layout": r.Captured.Layout, "window_linger": r.WindowLinger.String()})
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	p := &r.Paced
 	secs := p.Elapsed.Seconds()
@@ -295,7 +311,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	if len(s.Records) == 0 {
 		return nil, fmt.Errorf("bench: no record of the stream fits %s at %.0f block-ops/s", cfg.Duration, cfg.Rate)
 	}
-	res := &FleetResult{Partitions: cfg.Partitions, Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
+	res := &FleetResult{Partitions: cfg.Partitions, WindowLinger: cfg.WindowLinger, Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
 	if err := fleetCeiling(ctx, cfg, s, res); err != nil {
 		return nil, err
 	}
@@ -308,10 +324,10 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 		res.Fraction = cfg.Fraction
 	}
 	var err error
-	if res.Paced, err = fleetRun(ctx, cfg, s, runShape{rate: res.TargetRate, burst: burst, probeEvery: cfg.ProbeEvery, profile: cfg.Profile, count: true}); err != nil {
+	if res.Paced, err = fleetRun(ctx, cfg, s, runShape{rate: res.TargetRate, burst: burst, probeEvery: cfg.ProbeEvery, inFlight: cfg.MaxInFlight, profile: cfg.Profile, count: true}); err != nil {
 		return nil, err
 	}
-	if res.E2E, err = fleetRun(ctx, cfg, s, runShape{probeEvery: cfg.CeilingProbeEvery}); err != nil {
+	if res.E2E, err = fleetRun(ctx, cfg, s, runShape{probeEvery: cfg.CeilingProbeEvery, inFlight: cfg.CeilingInFlight}); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -335,7 +351,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, s *Stream, res *FleetRes
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
 		hashMode: cfg.Setup.hashMode(), log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
@@ -387,7 +403,9 @@ type runShape struct {
 	rate       float64
 	burst      int
 	probeEvery int
-	profile    io.Writer
+	// inFlight bounds the batches produced but not yet confirmed.
+	inFlight int
+	profile  io.Writer
 	// count runs the dedicated watcher and reads the DB size (the paced
 	// run; the unpaced one measures the pipeline alone).
 	count bool
@@ -431,7 +449,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, s *Stream, shape runShape) (
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
 	var txns, ops int64
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
 		hashMode: cfg.Setup.hashMode(), beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			at := time.Now()
 			commitMu.Lock()
@@ -518,7 +536,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, s *Stream, shape runShape) (
 		defer mu.Unlock()
 		return firstErr
 	}
-	sem := make(chan struct{}, cfg.MaxInFlight)
+	sem := make(chan struct{}, shape.inFlight)
 	pctx, cancel := context.WithCancel(ctx)
 	// On every return: end the probes still waiting (an error cut the run
 	// short) and wait for them, before the replicas and the producer stop.

@@ -26,6 +26,8 @@ const (
 	DefaultWindowRecords    = 1024
 	DefaultWindowOps        = 4096
 	DefaultQueueBytes       = 16 << 20
+	DefaultWindowLinger     = 0
+	DefaultFetchMaxWait     = 100 * time.Millisecond
 	DefaultLeaseTTL         = 120 * time.Second
 	DefaultLivenessWindow   = 30 * time.Second
 	DefaultOutageThreshold  = 15 * time.Second
@@ -79,6 +81,24 @@ type Config struct {
 	// operations. Default DefaultWindowOps; at least 1. A single record
 	// bigger than this still forms one window.
 	WindowOps int
+	// WindowLinger, when positive, keeps a window that is not full open
+	// this long after its first input was applied, in wall-clock time,
+	// for more records to join it before it is written (what Kafka
+	// producers call linger.ms). Fewer, fuller windows rewrite each
+	// (endpoint, tier)'s newest chunk less often, which cuts etcd's DB
+	// growth per block op at a low rate; every record waits up to this
+	// much longer to be visible. Default DefaultWindowLinger (0: a window
+	// is written as soon as the partition has no more records queued);
+	// between 0 and 1 s.
+	WindowLinger time.Duration
+	// FetchMaxWait is how long a Kafka fetch may wait at the broker for
+	// records (the fetch's MaxWaitMillis). It bounds how long a partition
+	// whose fetching resumed (its worker caught up after QueueBytes
+	// paused it) waits for the fetch already in flight for the member's
+	// caught-up partitions to return: the client sends one fetch per
+	// broker at a time. Default DefaultFetchMaxWait (100 ms, against
+	// franz-go's 5 s); between 10 ms and 5 s.
+	FetchMaxWait time.Duration
 	// QueueBytes bounds the fetched record bytes (keys, values, headers)
 	// queued for one partition's worker. Beyond it the consume loop pauses
 	// fetching that partition and holds what it already fetched for it
@@ -245,6 +265,8 @@ func DefaultConfig() Config {
 		WindowRecords:       DefaultWindowRecords,
 		WindowOps:           DefaultWindowOps,
 		QueueBytes:          DefaultQueueBytes,
+		WindowLinger:        DefaultWindowLinger,
+		FetchMaxWait:        DefaultFetchMaxWait,
 		LeaseTTL:            DefaultLeaseTTL,
 		LivenessWindow:      DefaultLivenessWindow,
 		KeysPerLease:        DefaultKeysPerLease,
@@ -277,6 +299,10 @@ func (c *Config) Validate() error {
 		return bad("WindowRecords %d: want at least 1", c.WindowRecords)
 	case c.WindowOps < 1:
 		return bad("WindowOps %d: want at least 1", c.WindowOps)
+	case c.WindowLinger < 0 || c.WindowLinger > time.Second:
+		return bad("WindowLinger %v: want between 0 and 1s", c.WindowLinger)
+	case c.FetchMaxWait != 0 && (c.FetchMaxWait < 10*time.Millisecond || c.FetchMaxWait > 5*time.Second):
+		return bad("FetchMaxWait %v: want between 10ms and 5s (zero: the default)", c.FetchMaxWait)
 	case c.QueueBytes < 64<<10:
 		return bad("QueueBytes %d: want at least 64 KiB", c.QueueBytes)
 	case c.LeaseTTL < time.Second || c.LeaseTTL%time.Second != 0:
@@ -372,6 +398,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ChunkMergeBelow == 0 {
 		c.ChunkMergeBelow = max(1, c.ChunkSize/4)
+	}
+	if c.FetchMaxWait == 0 {
+		c.FetchMaxWait = DefaultFetchMaxWait
 	}
 	return c
 }

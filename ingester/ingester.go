@@ -160,6 +160,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 		kgo.ConsumeTopics(in.cfg.Topic),
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		kgo.FetchMaxWait(in.cfg.FetchMaxWait),
 		kgo.SessionTimeout(in.cfg.SessionTimeout),
 		kgo.RebalanceTimeout(in.cfg.RebalanceTimeout),
 		kgo.HeartbeatInterval(min(3*time.Second, in.cfg.SessionTimeout/3)),

@@ -108,22 +108,54 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 			if err := w.handle(ctx, x); err != nil {
 				return err
 			}
-		more:
-			for w.win.records < w.cfg.WindowRecords {
-				select {
-				case x := <-in:
-					if err := w.handle(ctx, x); err != nil {
-						return err
-					}
-				default:
-					break more
-				}
+			if err := w.fill(ctx, in, drain); err != nil {
+				return err
 			}
 			if err := w.commit(ctx); err != nil {
 				return err
 			}
 		}
 	}
+}
+
+// fill adds the inputs already queued to the open window, then, with a
+// WindowLinger, waits for more until the window is full, the linger since
+// fill began has passed, ctx ends or drain closes (the caller commits and
+// sees it). Ticks wait for the commit: liveness is judged on the
+// partition clock, which only records move.
+func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
+	full := func() bool { return w.win.records >= w.cfg.WindowRecords || w.win.blockOps >= w.cfg.WindowOps }
+	for !full() {
+		select {
+		case x := <-in:
+			if err := w.handle(ctx, x); err != nil {
+				return err
+			}
+			continue
+		default:
+		}
+		break
+	}
+	if w.cfg.WindowLinger <= 0 || w.win.records == 0 || full() {
+		return nil
+	}
+	linger := time.NewTimer(w.cfg.WindowLinger)
+	defer linger.Stop()
+	for !full() && w.win.records > 0 {
+		select {
+		case x := <-in:
+			if err := w.handle(ctx, x); err != nil {
+				return err
+			}
+		case <-linger.C:
+			return nil
+		case <-drain:
+			return nil
+		case <-ctx.Done():
+			return nil
+		}
+	}
+	return nil
 }
 
 // handle applies one input, committing whenever the window fills.

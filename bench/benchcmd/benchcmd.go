@@ -192,6 +192,7 @@ func newFleetCommand() *cobra.Command {
 		probeEvery   int
 		ceilProbe    int
 		maxInFlight  int
+		windowLinger time.Duration
 		windowOps    int
 		maxTxnOps    int
 		txnsInFlight int
@@ -254,7 +255,7 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate, Duration: duration,
-				ProbeEvery: probeEvery, CeilingProbeEvery: ceilProbe, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
+				ProbeEvery: probeEvery, CeilingProbeEvery: ceilProbe, MaxInFlight: maxInFlight, WindowOps: windowOps, WindowLinger: windowLinger, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -322,6 +323,7 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 	fs.IntVar(&ceilProbe, "ceiling-probe-every", 64, "probe every n-th batch in the unpaced run that measures the end-to-end ceiling")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
+	fs.DurationVar(&windowLinger, "window-linger", ingester.DefaultWindowLinger, "the ingester's --window-linger: how long a window that is not full stays open for more records")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this; the embedded etcd takes 1024, as deploy/ runs it)")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the transactions each reference writer keeps in flight (the ingester writes a window in one transaction)")
 	setup.register(fs)

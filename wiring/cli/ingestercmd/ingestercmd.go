@@ -71,6 +71,8 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.MaxTxnBytes, "max-txn-bytes", c.MaxTxnBytes, "most encoded bytes in one etcd transaction (under etcd's --max-request-bytes)")
 	fs.IntVar(&c.WindowRecords, "window-records", c.WindowRecords, "most records coalesced into one batch window")
 	fs.IntVar(&c.WindowOps, "window-ops", c.WindowOps, "most pending block operations in one batch window")
+	fs.DurationVar(&c.WindowLinger, "window-linger", c.WindowLinger, "keep a window that is not full open this long after its first record for more records to join it (fewer rewrites of each newest chunk at low rates; every record waits up to this much longer; 0: write as soon as the partition's queue is empty)")
+	fs.DurationVar(&c.FetchMaxWait, "fetch-max-wait", c.FetchMaxWait, "longest a Kafka fetch waits at the broker for records; bounds how long a partition resumed after --queue-bytes paused it waits for the fetch in flight")
 	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before fetching that partition pauses")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most chunk keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.ChunkSize, "chunk-size", c.ChunkSize, "most blocks in one chunk key of an (endpoint, tier); new blocks fill the newest chunk (1 to 256)")

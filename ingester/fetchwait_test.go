@@ -1,0 +1,105 @@
+package ingester
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/kvindex/kvindex/internal/ingesttest"
+	"github.com/kvindex/kvindex/internal/sim/refmodel"
+	"github.com/kvindex/kvindex/internal/testutil"
+)
+
+// TestFetchesWaitAtMostFetchMaxWait: the ingester's fetches ask the broker
+// to hold them at most FetchMaxWait. The client sends one fetch per broker
+// at a time, so a partition resumed after QueueBytes paused it waits for
+// the fetch in flight for the caught-up partitions; with franz-go's 5 s
+// default that fetch sat at the broker for 5 s, and a backlogged partition
+// was read at one fetch per 5 s (the end-to-end ceiling of `kvindex bench
+// fleet` doubled once this wait came down to 100 ms).
+func TestFetchesWaitAtMostFetchMaxWait(t *testing.T) {
+	const topic = "fetchwait"
+	e := newEnv(t, 1, []string{topic})
+	var (
+		mu    sync.Mutex
+		waits []int32
+	)
+	e.kafka.Cluster.ControlKey(kmsg.Fetch.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		e.kafka.Cluster.KeepControl()
+		mu.Lock()
+		waits = append(waits, req.(*kmsg.FetchRequest).MaxWaitMillis)
+		mu.Unlock()
+		return nil, nil, false
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
+	defer cancel()
+	cfg := e.config(t, topic, "g-fetchwait", "/kvindex/fetchwait/")
+	if cfg.FetchMaxWait != DefaultFetchMaxWait {
+		t.Fatalf("DefaultConfig().FetchMaxWait = %v, want %v", cfg.FetchMaxWait, DefaultFetchMaxWait)
+	}
+	start(t, cfg)
+	offs := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod-a", time.Now(), 1, 2)})
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, offs)
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) == 0 {
+		t.Fatal("the broker saw no fetch")
+	}
+	want := int32(DefaultFetchMaxWait / time.Millisecond)
+	for i, w := range waits {
+		if w != want {
+			t.Fatalf("fetch %d of %d asked the broker to wait %d ms, want %d", i, len(waits), w, want)
+		}
+	}
+}
+
+// TestWindowLingerJoinsRecords: with a WindowLinger, records that arrive
+// one by one, each after the previous was fetched and applied, still
+// share one window, written once with the offset after the last; without
+// it each would be a window of its own. A window that fills (here at
+// WindowRecords) is written at once.
+func TestWindowLingerJoinsRecords(t *testing.T) {
+	const topic = "linger"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
+	defer cancel()
+	cfg := e.config(t, topic, "g-linger", "/kvindex/linger/")
+	cfg.WindowLinger = time.Second
+	cfg.WindowRecords = 3
+	var (
+		mu      sync.Mutex
+		offsets []int64
+	)
+	cfg.BeforeTxn = func(_ context.Context, info TxnInfo) error {
+		if info.Offset >= 0 {
+			mu.Lock()
+			offsets = append(offsets, info.Offset)
+			mu.Unlock()
+		}
+		return nil
+	}
+	start(t, cfg)
+	now := time.Now()
+	last := ingesttest.Offsets{}
+	for i := range 3 {
+		// Each produce returns once the broker has the record; the
+		// worker has fetched the previous one by then or soon after.
+		last.Merge(ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "pod-a", now, uint64(i+1))}))
+		time.Sleep(20 * time.Millisecond)
+	}
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic, last)
+	mu.Lock()
+	got := slices.Clone(offsets)
+	mu.Unlock()
+	if !slices.Equal(got, []int64{3}) {
+		t.Errorf("windows stored the offsets %v, want one window storing 3", got)
+	}
+	if n := len(ingesttest.Blocks(t, ctx, e.etcd.Client, cfg.Keyspace)); n != 3 {
+		t.Errorf("%d blocks, want 3", n)
+	}
+}

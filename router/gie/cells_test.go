@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc"
 	framework "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
 
-	"github.com/kvindex/kvindex/router/gie"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
+	"github.com/kvindex/kvindex/router/gie"
 )
 
 // oneCell is a real gRPC IndexService for one cell that holds the first

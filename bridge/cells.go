@@ -38,7 +38,7 @@ type cellRouter struct {
 	def  *kgo.Client
 
 	mu      sync.Mutex
-	clients map[string]*kgo.Client // by comma-joined brokers of cells with their own; guarded by mu
+	clients map[string]*kgo.Client  // by comma-joined brokers of cells with their own; guarded by mu
 	at      map[string]cellmap.Cell // endpoint (pod NUL rank) → the cell its records go to
 }
 

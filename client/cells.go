@@ -123,7 +123,14 @@ func (s *cellSet) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*Lo
 			results[i].err = err
 			return
 		}
-		results[i].res, results[i].err = c.send(ctx, forCell(r, cell.Topic))
+		res, err := c.send(ctx, forCell(r, cell.Topic))
+		if err == nil && len(route.Read) > 1 && c.staleAfter > 0 && !res.ProgressTime.IsZero() {
+			if age := c.now().Sub(res.ProgressTime); age > c.staleAfter {
+				res, err = nil, &Error{Method: "Lookup", Code: codes.Unavailable, sentinel: ErrUnavailable,
+					Message: fmt.Sprintf("cell %s answered from an index %v old (its etcd is out of reach): counted as not answering", cell.Name, age.Round(time.Millisecond))}
+			}
+		}
+		results[i].res, results[i].err = res, err
 	}
 	if len(route.Read) == 1 {
 		one(0, req)

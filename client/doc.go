@@ -78,7 +78,11 @@
 //     counted in Duplicates). The answer carries each cell's revision and
 //     offsets (Cells); a cell that did not answer in time is listed in
 //     Failed with its error, and the other cells' matches are returned
-//     (Partial). Only when no cell answers does the call fail;
+//     (Partial). A cell whose answer is stale past WithStaleAfter (its
+//     indexd keeps answering from memory while its etcd is out of reach)
+//     counts as not answering: its matches are left out, since a stale
+//     answer may hold ghosts. Only when no cell answers does the call
+//     fail;
 //   - barrier records go only to the cell whose topic they name;
 //   - ListEndpoints walks every cell's pages and merges them
 //     (EndpointInfo.Cell); ListEndpointsPage pages through the cells in

@@ -10,6 +10,7 @@ import (
 
 	"github.com/kvindex/kvindex/internal/cli/benchcmd"
 	"github.com/kvindex/kvindex/internal/cli/bridgecmd"
+	"github.com/kvindex/kvindex/internal/cli/cellscmd"
 	"github.com/kvindex/kvindex/internal/cli/common"
 	"github.com/kvindex/kvindex/internal/cli/indexdcmd"
 	"github.com/kvindex/kvindex/internal/cli/ingestercmd"
@@ -57,6 +58,7 @@ var subcommands = []func() *cobra.Command{
 	lookupcmd.NewEndpointsCommand,
 	inspectcmd.NewCommand,
 	migratecmd.NewCommand,
+	cellscmd.NewCommand,
 	standalonecmd.NewCommand,
 	replaycmd.NewCommand,
 	benchcmd.NewCommand,

@@ -44,7 +44,7 @@ type cell struct {
 
 var ks = keyspace.Default()
 
-func startEtcd(t *testing.T, ctx context.Context, dir, addr string) *etcdembed.Server {
+func startEtcd(t testing.TB, ctx context.Context, dir, addr string) *etcdembed.Server {
 	t.Helper()
 	srv, err := etcdembed.Start(ctx, etcdembed.Config{DataDir: dir, ClientAddr: addr, UnsafeNoFsync: true})
 	if err != nil {
@@ -53,7 +53,7 @@ func startEtcd(t *testing.T, ctx context.Context, dir, addr string) *etcdembed.S
 	return srv
 }
 
-func startCell(t *testing.T, ctx context.Context, name, topic string, brokers []string) *cell {
+func startCell(t testing.TB, ctx context.Context, name, topic string, brokers []string) *cell {
 	t.Helper()
 	c := &cell{name: name, topic: topic, dir: filepath.Join(t.TempDir(), "etcd")}
 	c.etcd = startEtcd(t, ctx, c.dir, "127.0.0.1:0")
@@ -325,7 +325,7 @@ func TestCellsMatchTheReference(t *testing.T) {
 
 // waitFor polls cond until it holds or ctx ends (then fails with its last
 // reason).
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() (string, bool)) {
+func waitFor(t testing.TB, ctx context.Context, what string, cond func() (string, bool)) {
 	t.Helper()
 	for {
 		why, ok := cond()

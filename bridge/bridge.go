@@ -60,6 +60,8 @@ type Bridge struct {
 	caughtUp  atomic.Bool // dial mode: the catch-up after the latest connection is done
 	client    atomic.Pointer[kgo.Client]
 	queues    atomic.Pointer[queues]
+	// cells routes records by the cell map (Config.Cells); nil without.
+	cells *cellRouter
 
 	fatalMu sync.Mutex
 	fatal   error
@@ -180,9 +182,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	if !b.started.CompareAndSwap(false, true) {
 		return ErrAlreadyRun
 	}
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(b.cfg.Brokers...),
-		kgo.DefaultProduceTopic(b.cfg.Topic),
+	common := append([]kgo.Opt{
 		kgo.ClientID("kvindex-bridge"),
 		// acks=all with the idempotent producer (franz-go's default): no
 		// duplicates or reordering from retries, records retried without
@@ -194,12 +194,20 @@ func (b *Bridge) Run(ctx context.Context) error {
 		kgo.ProducerBatchMaxBytes(int32(b.cfg.MaxRecordBytes + recordOverhead)),
 		kgo.WithLogger(logging.Kgo(b.log.With("component", "kafka-producer"))),
 	}, b.cfg.KafkaOptions...)
+	opts := append([]kgo.Opt{kgo.SeedBrokers(b.cfg.Brokers...)}, common...)
+	if b.cfg.Topic != "" {
+		opts = append(opts, kgo.DefaultProduceTopic(b.cfg.Topic))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("bridge: Kafka client: %w", err)
 	}
 	b.client.Store(cl)
 	defer cl.Close()
+	if b.cfg.Cells != nil {
+		b.cells = newCellRouter(b, b.cfg.Cells, common, cl)
+		defer b.cells.close()
+	}
 
 	runCtx, cancelRun := context.WithCancel(ctx)
 	defer cancelRun()
@@ -238,7 +246,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 		}
 		close(q.out)
 		wg.Wait()
-		flushErr := cl.Flush(flushCtx)
+		flushErr := b.flush(flushCtx, cl)
 		if ferr := b.fatalErr(); ferr != nil {
 			return ferr
 		}
@@ -274,7 +282,7 @@ func (b *Bridge) Run(ctx context.Context) error {
 	}
 	close(q.out)
 	wg.Wait()
-	flushErr := cl.Flush(flushCtx)
+	flushErr := b.flush(flushCtx, cl)
 	if err := b.fatalErr(); err != nil {
 		return err
 	}
@@ -294,13 +302,28 @@ func (b *Bridge) Run(ctx context.Context) error {
 	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.FlushTimeout)
 	defer cancel()
 	start := time.Now()
-	if err := b.produceBounded(gctx, cl, b.one.controlRecord(contract.KindGoodbye)); err != nil {
+	goodbye, gcl := b.one.controlRecord(contract.KindGoodbye), cl
+	if b.cells != nil {
+		var ok bool
+		if gcl, ok = b.cells.place(gctx, goodbye); !ok {
+			return errors.Join(flushErr, b.fatalErr())
+		}
+	}
+	if err := b.produceBounded(gctx, gcl, goodbye); err != nil {
 		b.m.lost.WithLabelValues(lostShutdown).Inc()
 		return fmt.Errorf("%w: goodbye: %v", ErrProduce, err)
 	}
 	b.m.produceSeconds.Observe(time.Since(start).Seconds())
 	b.m.produced.WithLabelValues(contract.KindGoodbye).Inc()
 	return flushErr
+}
+
+// flush flushes cl, and every cell's client with a cell map.
+func (b *Bridge) flush(ctx context.Context, cl *kgo.Client) error {
+	if b.cells != nil {
+		return b.cells.flush(ctx)
+	}
+	return cl.Flush(ctx)
 }
 
 // produceBounded produces r and waits for its acknowledgement until ctx
@@ -327,6 +350,16 @@ func (b *Bridge) produceBounded(ctx context.Context, cl *kgo.Client, r *kgo.Reco
 func (b *Bridge) produceLoop(ctx context.Context, cl *kgo.Client, out <-chan *kgo.Record, cancelRun context.CancelFunc) {
 	for r := range out {
 		kind := recordKind(r)
+		cl := cl
+		if b.cells != nil {
+			var ok bool
+			if cl, ok = b.cells.place(ctx, r); !ok {
+				if b.fatalErr() != nil {
+					cancelRun()
+				}
+				continue
+			}
+		}
 		start := time.Now()
 		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
 			if err == nil {

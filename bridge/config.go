@@ -83,9 +83,16 @@ type Config struct {
 
 	// Brokers are the Kafka seed brokers, host:port. Required.
 	Brokers []string
-	// Topic is the Kafka topic. Required; the CLI defaults it to
-	// kvindex-events.
+	// Topic is the Kafka topic. Required unless Cells is set (then
+	// unused); the CLI defaults it to kvindex-events.
 	Topic string
+	// Cells routes each record by the cell map (docs/DESIGN.md "Cells"):
+	// to the topic, and the brokers if the cell has its own (else
+	// Brokers), of the cell that writes the record's model and pod. A
+	// *cellmap.Watcher follows map changes (its Run is the caller's); see
+	// Bridge for what a change does. Default nil: Topic. In the dial mode
+	// the map must have a cell for Model.
+	Cells CellSource
 	// MaxBufferedRecords bounds the records the Kafka client holds
 	// unacknowledged; a full buffer blocks the bridge (backpressure) until
 	// Kafka acknowledges. Default 10,000; must be at least 1.
@@ -231,7 +238,17 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		return bad("Brokers: none given")
 	}
-	if c.Topic == "" {
+	if c.Cells != nil {
+		m := c.Cells.Current()
+		if m == nil {
+			return bad("Cells: no map")
+		}
+		if c.Listen == "" {
+			if _, err := m.WriteCell(c.Model, c.Pod); err != nil {
+				return bad("Cells: %v", err)
+			}
+		}
+	} else if c.Topic == "" {
 		return bad("Topic: empty")
 	}
 	for _, p := range []struct {

@@ -27,6 +27,7 @@ const (
 	replayOutcomeHole          = "hole"                   // the answer skipped sequence numbers
 	replayOutcomeError         = "error"                  // dial, timeout or malformed answer
 	lostShutdown               = "shutdown_flush_timeout" // unsent when the shutdown flush gave up
+	lostNoCell                 = "no_cell"                // the cell map has no cell for the record's model
 	outcomeGoodbyeEngineGone   = "engine_gone"
 	outcomeNoGoodbyeStillThere = "engine_still_there"
 	// bind mode: why a message's topic started no stream
@@ -59,6 +60,8 @@ type metrics struct {
 	podsRemoved    prometheus.Counter     // pods forgotten after PodIdleTimeout without a connection
 	publisherConns prometheus.Gauge       // accepted publisher connections past the handshake
 	refused        prometheus.Counter     // publisher connections refused at MaxConnections
+	// cell map (Config.Cells)
+	cellMoves prometheus.Counter // endpoints moved to another cell after a map change
 }
 
 func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queued func() float64) (*metrics, error) {
@@ -144,6 +147,10 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 			Name: "kvindex_bridge_connections_refused_total",
 			Help: "Bind mode: publisher connections closed at once because max-connections were open.",
 		}),
+		cellMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_bridge_cell_moves_total",
+			Help: "Cell map: endpoints moved to another cell after a map change (goodbye in the old cell, resync in the new).",
+		}),
 	}
 	// Every label value the bridge uses starts at 0, so each series
 	// exists before its first event (a rate over it is 0, not absent, and
@@ -156,7 +163,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 			reasonReplayOverrun, reasonRecordTooLarge},
 		m.skipped:       {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
 		m.replays:       {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
-		m.lost:          {lostShutdown},
+		m.lost:          {lostShutdown, lostNoCell},
 		m.shutdowns:     {outcomeGoodbyeEngineGone, outcomeNoGoodbyeStillThere},
 		m.unknownTopics: {topicNoMatch, topicBadName, topicTooManyPods, topicBadReplay},
 	} {
@@ -184,7 +191,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 	for _, c := range append([]prometheus.Collector{
 		m.received, m.duplicates, m.produced, m.replayed, m.gaps, m.resyncs, m.skipped, m.replays,
 		m.engineRestarts, m.connects, m.connected, m.lost, m.produceSeconds, m.shutdowns, m.rankMismatches,
-		m.unknownTopics, m.pods, m.podsRemoved, m.publisherConns, m.refused,
+		m.unknownTopics, m.pods, m.podsRemoved, m.publisherConns, m.refused, m.cellMoves,
 	}, gauges...) {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -96,8 +96,26 @@ type LookupResult struct {
 	// that its watch was current: the answer is at most
 	// time.Since(ProgressTime) stale. Zero when the replica did not say
 	// (before its first progress, or a replica older than the field).
+	// In cell mode, the oldest of the answering cells' (zero when any is).
 	ProgressTime time.Time
+	// Cells (cell mode only) are the cells that answered, in the route's
+	// order, each with its own revision and offsets: revisions of two
+	// cells' etcd clusters are not comparable, so Revision is the one
+	// cell's when one answered and 0 when several did, and AppliedOffsets
+	// lists every answering cell's partitions (each cell has its topic).
+	Cells []CellAnswer
+	// Failed (cell mode only) are the cells that did not answer in time
+	// or failed; the matches are the other cells'. Non-empty means the
+	// answer is partial (Partial).
+	Failed []CellError
+	// Duplicates (cell mode only) counts endpoints more than one cell
+	// reported (only while a model moves between cells): the copy of the
+	// cell the map writes the pod to is kept.
+	Duplicates int
 }
+
+// Partial reports whether some cell of the model did not answer (Failed).
+func (r *LookupResult) Partial() bool { return len(r.Failed) > 0 }
 
 // HashMode is how an endpoint's block keys were computed; the values are
 // the API's (kvindex.v1.HashMode).
@@ -142,6 +160,8 @@ type EndpointInfo struct {
 	Partition int32
 	// HashMode is how its block keys were computed.
 	HashMode HashMode
+	// Cell is the cell that listed it (cell mode only; "" otherwise).
+	Cell string
 }
 
 // EndpointList is a whole ListEndpoints answer, ordered by model, pod,
@@ -192,6 +212,8 @@ type Client struct {
 	maxAttempts int
 	searchAfter atomic.Int64
 	now         func() time.Time
+	// cells is set in cell mode (WithCells); conn and api are nil then.
+	cells *cellSet
 }
 
 // Option configures New.
@@ -203,6 +225,7 @@ type options struct {
 	staleAfter  time.Duration
 	dialOpts    []grpc.DialOption
 	tls         tlsOptions
+	cells       CellSource
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
@@ -244,12 +267,29 @@ var staticSeq atomic.Uint64
 // UNAVAILABLE only. New does not connect; the first call does. It errors
 // for an empty target, and for TLS files (WithTLSCAFile,
 // WithTLSCertFiles) it cannot load.
+//
+// With WithCells the target must be empty: the client serves every cell
+// of the map (see the package doc's "Cells"), each through a connection
+// of its own built with the same options.
 func New(target string, opts ...Option) (*Client, error) {
 	o := options{timeout: DefaultTimeout, maxAttempts: DefaultMaxAttempts, staleAfter: DefaultStaleAfter}
 	for _, opt := range opts {
 		opt(&o)
 	}
 	target = strings.TrimSpace(target)
+	if o.cells != nil {
+		if target != "" {
+			return nil, fmt.Errorf("%w: a target (%q) and a cell map given together", ErrInvalidArgument, target)
+		}
+		if o.cells.Current() == nil {
+			return nil, fmt.Errorf("%w: the cell source has no map", ErrInvalidArgument)
+		}
+		if _, err := o.tls.dialOption(); err != nil {
+			return nil, err
+		}
+		return &Client{timeout: o.timeout, staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now,
+			cells: &cellSet{src: o.cells, opts: opts, conns: map[string]*Client{}}}, nil
+	}
 	if target == "" {
 		return nil, fmt.Errorf("%w: empty target", ErrInvalidArgument)
 	}
@@ -352,6 +392,9 @@ func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	if c.cells != nil {
+		return c.cells.close()
+	}
 	return c.conn.Close()
 }
 
@@ -444,6 +487,18 @@ func (c *Client) lookup(ctx context.Context, req *kvindexv1.LookupRequest, opts 
 	if err := encodable(req); err != nil {
 		return nil, err
 	}
+	if c.cells != nil {
+		return c.cells.lookup(ctx, req)
+	}
+	return c.send(ctx, req)
+}
+
+// send sends a complete Lookup request to this client's replicas and
+// converts the answer.
+func (c *Client) send(ctx context.Context, req *kvindexv1.LookupRequest) (*LookupResult, error) {
+	if c.closed.Load() {
+		return nil, ErrClosed
+	}
 	timeout := c.timeout
 	if b := req.Barrier; b != nil {
 		wait := defaultBarrierWait
@@ -488,6 +543,12 @@ func (c *Client) lookup(ctx context.Context, req *kvindexv1.LookupRequest, opts 
 // EndpointList for what a list of several pages reflects. It is an
 // operator view; routers use Lookup.
 func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList, error) {
+	if c.cells != nil {
+		if c.closed.Load() {
+			return nil, ErrClosed
+		}
+		return c.cells.listEndpoints(ctx, model)
+	}
 	out := &EndpointList{}
 	token := ""
 	for {
@@ -532,6 +593,9 @@ func (c *Client) ListEndpointsPage(ctx context.Context, model string, pageSize i
 		return nil, invalidArgument("ListEndpoints", "model %q is not valid UTF-8", model)
 	case !utf8.ValidString(pageToken):
 		return nil, invalidArgument("ListEndpoints", "page token %q is not valid UTF-8 (not one the server issued)", pageToken)
+	}
+	if c.cells != nil {
+		return c.cells.listEndpointsPage(ctx, model, pageSize, pageToken)
 	}
 	ctx, cancel := c.deadline(ctx)
 	defer cancel()

@@ -61,6 +61,36 @@
 // time), so it works for any number of endpoints; each page reflects its
 // own revision (EndpointList says which).
 //
+// # Cells
+//
+// A fleet past one etcd cluster runs several cells (independent kvindex
+// stacks) and a cell map (package cellmap) that says which cell holds
+// each model. New("", WithCells(src)) builds a client over the map:
+//
+//   - a Lookup of a model held by one cell goes to that cell's indexd, and
+//     its answer is that cell's, as a one-target client's would be
+//     (LookupResult.Cells names it);
+//   - a Lookup of a model spread over K cells (or read from two while it
+//     moves) goes to the cells in parallel, each call with its own
+//     deadline, and their matches are merged: every endpoint lives in one
+//     cell, so the merge is a union (an endpoint two cells report, which
+//     only a move can cause, keeps the copy of its write cell and is
+//     counted in Duplicates). The answer carries each cell's revision and
+//     offsets (Cells); a cell that did not answer in time is listed in
+//     Failed with its error, and the other cells' matches are returned
+//     (Partial). A cell whose answer is stale past WithStaleAfter (its
+//     indexd keeps answering from memory while its etcd is out of reach)
+//     counts as not answering: its matches are left out, since a stale
+//     answer may hold ghosts. Only when no cell answers does the call
+//     fail;
+//   - barrier records go only to the cell whose topic they name;
+//   - ListEndpoints walks every cell's pages and merges them
+//     (EndpointInfo.Cell); ListEndpointsPage pages through the cells in
+//     map order, its tokens naming the cell.
+//
+// Each call reads the map once (src.Current()), so a map that changes
+// while a call runs does not split it.
+//
 // # TLS
 //
 // The client speaks plaintext unless a TLS option is given. WithTLSCAFile

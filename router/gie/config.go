@@ -73,8 +73,15 @@ type TokenizerParams struct {
 // their defaults). Unknown fields are an error.
 type ProducerParams struct {
 	// Target is indexd's gRPC target (client.New's forms: "dns:///host:port",
-	// "host:port" or a comma-separated list). Required.
-	Target string `json:"target"`
+	// "host:port" or a comma-separated list). Required unless CellMap is
+	// set; never with it.
+	Target string `json:"target,omitempty"`
+	// CellMap serves a cell map instead of one target (docs/DESIGN.md
+	// "Cells"): the map itself (a JSON object, written inline), or the
+	// path of a cell map file, watched for changes (a mounted ConfigMap).
+	// A spread model's partial answer (a cell did not answer) is used and
+	// counted as a fallback with reason "partial". Default "": Target.
+	CellMap string `json:"cellMap,omitempty"`
 	// CAFile, CertFile, KeyFile and ServerName configure TLS to indexd:
 	// CAFile turns TLS on (the CA that signed indexd's certificate),
 	// CertFile and KeyFile add a client certificate (mTLS), ServerName
@@ -182,8 +189,8 @@ func (p *ProducerParams) fillDefaults() {
 
 // Validate reports the first parameter out of range.
 func (p ProducerParams) Validate() error {
-	if p.Target == "" {
-		return fmt.Errorf("%w: target is required", ErrInvalidConfig)
+	if (p.Target == "") == (p.CellMap == "") {
+		return fmt.Errorf("%w: exactly one of target and cellMap is required", ErrInvalidConfig)
 	}
 	if (p.CertFile == "") != (p.KeyFile == "") {
 		return fmt.Errorf("%w: certFile and keyFile go together", ErrInvalidConfig)

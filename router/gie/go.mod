@@ -65,7 +65,7 @@ require (
 	github.com/jellydator/ttlcache/v3 v3.4.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kvindex/kvindex/client v0.0.0-00010101000000-000000000000
-	github.com/kvindex/kvindex/proto v0.0.0-00010101000000-000000000000 // indirect
+	github.com/kvindex/kvindex/proto v0.0.0-00010101000000-000000000000
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect

@@ -7,12 +7,15 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/client/cellmap"
 )
 
 // IndexError is a failed Lookup, classified for the metrics: Kind is one
@@ -30,9 +33,15 @@ func (e *IndexError) Unwrap() error { return e.Err }
 
 // KVIndex is the Index of kvindex's Go client: a token-mode Lookup with
 // the candidates as the filter. It is safe for concurrent use; Close
-// releases its connections.
+// releases its connections and, with a cell map file, stops its watcher
+// and waits for it.
 type KVIndex struct {
 	c *client.Client
+	// onPartial, when set, is called for each cell-mode answer some cell
+	// did not give (the producer counts it as a fallback).
+	onPartial func(ctx context.Context, failed []client.CellError)
+	// stopWatch stops the cell map watcher (nil without one) and waits.
+	stopWatch func()
 }
 
 var _ Index = (*KVIndex)(nil)
@@ -49,6 +58,9 @@ func DialKVIndex(params ProducerParams) (*KVIndex, error) {
 		}
 		opts = append(opts, client.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cfg))))
 	}
+	if params.CellMap != "" {
+		return dialCells(params.CellMap, opts)
+	}
 	c, err := client.New(params.Target, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("%w: target: %v", ErrInvalidConfig, err)
@@ -56,8 +68,45 @@ func DialKVIndex(params ProducerParams) (*KVIndex, error) {
 	return &KVIndex{c: c}, nil
 }
 
-// Close closes the client.
-func (k *KVIndex) Close() error { return k.c.Close() }
+// dialCells builds a cell-mode client from an inline map (a JSON object)
+// or a map file, whose watcher runs until Close.
+func dialCells(cellMap string, opts []client.Option) (*KVIndex, error) {
+	if strings.HasPrefix(strings.TrimSpace(cellMap), "{") {
+		m, err := cellmap.Parse([]byte(cellMap))
+		if err != nil {
+			return nil, fmt.Errorf("%w: cellMap: %v", ErrInvalidConfig, err)
+		}
+		c, err := client.New("", append(opts, client.WithCells(m))...)
+		if err != nil {
+			return nil, fmt.Errorf("%w: cellMap: %v", ErrInvalidConfig, err)
+		}
+		return &KVIndex{c: c}, nil
+	}
+	w, err := cellmap.NewWatcher(cellmap.WatcherConfig{Path: cellMap})
+	if err != nil {
+		return nil, fmt.Errorf("%w: cellMap: %v", ErrInvalidConfig, err)
+	}
+	c, err := client.New("", append(opts, client.WithCells(w))...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cellMap: %v", ErrInvalidConfig, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = w.Run(ctx) // returns nil when ctx ends
+	}()
+	var once sync.Once
+	return &KVIndex{c: c, stopWatch: func() { once.Do(func() { cancel(); <-done }) }}, nil
+}
+
+// Close stops the cell map watcher, if any, and closes the client.
+func (k *KVIndex) Close() error {
+	if k.stopWatch != nil {
+		k.stopWatch()
+	}
+	return k.c.Close()
+}
 
 // tlsConfig builds the client's TLS config: the CA pool, an optional
 // client certificate and server name. TLS 1.2 at least.
@@ -99,6 +148,9 @@ func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, cand
 	res, err := k.c.LookupTokens(ctx, model, tp, opts...)
 	if err != nil {
 		return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
+	}
+	if res.Partial() && k.onPartial != nil {
+		k.onPartial(ctx, res.Failed)
 	}
 	out := make([]IndexMatch, len(res.Matches))
 	for i, m := range res.Matches {

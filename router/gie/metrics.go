@@ -14,6 +14,10 @@ const (
 	KindIdentity    = "identity"    // an endpoint had no kvindex identity
 	KindInvalid     = "invalid"     // indexd refused the request
 	KindOther       = "other"
+	// KindPartial is a cell-mode answer some cell of the model did not
+	// give (client.LookupResult.Partial): the other cells' matches are
+	// used, the missing cell's candidates get none.
+	KindPartial = "partial"
 )
 
 // Metrics are the plugins' Prometheus metrics. One Metrics is shared by
@@ -43,7 +47,7 @@ func NewMetrics() *Metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_gie_lookup_errors_total",
-			Help: "Requests the producer could not answer from kvindex, by kind (unavailable, deadline, tokenize, no_prompt, identity, invalid, other).",
+			Help: "Requests the producer could not answer from kvindex, by kind (unavailable, deadline, tokenize, no_prompt, identity, invalid, partial, other).",
 		}, []string{"kind"}),
 		lookupSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kvindex_gie_lookup_seconds",
@@ -77,7 +81,7 @@ func NewMetrics() *Metrics {
 	// Every error kind and fallback series exists from the start, so a
 	// rate over one is 0, not absent (the alerting rules of
 	// deploy/observability select kind="identity").
-	kinds := []string{KindUnavailable, KindDeadline, KindTokenize, KindNoPrompt, KindIdentity, KindInvalid, KindOther}
+	kinds := []string{KindUnavailable, KindDeadline, KindTokenize, KindNoPrompt, KindIdentity, KindInvalid, KindPartial, KindOther}
 	for _, k := range kinds {
 		m.errors.WithLabelValues(k)
 		for _, mode := range []string{FallbackApproximate, FallbackNone} {

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/requestcontrol"
 	framework "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
 	attrprefix "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/datalayer/attribute/prefix"
+
+	"github.com/kvindex/kvindex/client"
 )
 
 // ProducerType is the plugin type of the kvindex producer.
@@ -106,6 +108,7 @@ func ProducerFactory(metrics *Metrics) plugin.FactoryFunc {
 			_ = idx.Close()
 			return nil, fmt.Errorf("%s %q: %w", ProducerType, name, err)
 		}
+		idx.onPartial = p.partial
 		return p, nil
 	}
 }
@@ -335,6 +338,19 @@ func endpointRef(ep framework.Endpoint) EndpointRef {
 		Namespace: md.NamespacedName.Namespace, Name: md.NamespacedName.Name,
 		PodName: md.PodName, Address: md.Address, Port: md.Port,
 	}
+}
+
+// partial counts a cell-mode answer some cell did not give as a fallback
+// (reason partial) and logs it at a bounded rate; the answer itself is
+// used.
+func (p *Producer) partial(ctx context.Context, failed []client.CellError) {
+	p.metrics.errors.WithLabelValues(KindPartial).Inc()
+	p.metrics.fallbacks.WithLabelValues(p.params.Fallback, KindPartial).Inc()
+	errs := make([]error, len(failed))
+	for i, f := range failed {
+		errs[i] = fmt.Errorf("cell %s: %w", f.Cell, f.Err)
+	}
+	p.logRate(ctx, "kvindex: partial answer, some cells did not answer", errors.Join(errs...))
 }
 
 // fallback counts and logs (at a bounded rate) a request kvindex did not

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/kvindex/kvindex/wiring/cli/bridgecmd"
+	"github.com/kvindex/kvindex/wiring/cli/cellscmd"
 	"github.com/kvindex/kvindex/wiring/cli/common"
 	"github.com/kvindex/kvindex/wiring/cli/indexdcmd"
 	"github.com/kvindex/kvindex/wiring/cli/ingestercmd"
@@ -56,6 +57,7 @@ var subcommands = []func() *cobra.Command{
 	lookupcmd.NewEndpointsCommand,
 	inspectcmd.NewCommand,
 	migratecmd.NewCommand,
+	cellscmd.NewCommand,
 	standalonecmd.NewCommand,
 	replaycmd.NewCommand,
 }

@@ -34,6 +34,8 @@ type flags struct {
 	dialFlags bool
 	ops       common.Ops
 	cfg       bridge.Config
+	// cellMap is --cell-map (cells.go).
+	cellMap string
 }
 
 // NewCommand returns `kvindex bridge`.
@@ -83,6 +85,7 @@ its own sequence tracking, and its gaps are replayed from
 	fs.IntVar(&f.cfg.PodQueueSize, "pod-queue-size", f.cfg.PodQueueSize, "bind mode: messages queued per pod between its connection and its sequencer")
 	fs.DurationVar(&f.cfg.PodIdleTimeout, "pod-idle-timeout", f.cfg.PodIdleTimeout, "bind mode: how long a pod without a connection is kept before it is forgotten")
 	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
+	fs.StringVar(&f.cellMap, "cell-map", "", "cell map file (docs/DESIGN.md \"Cells\"): the topic (and brokers) come from the cell of the model and pod, --topic is unused; re-read every second, and an endpoint whose cell changes moves (goodbye in the old cell, resync in the new)")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
 	fs.StringVar(&f.cfg.Pod, "pod", "", "the endpoint's pod identity as routers know it (record key); required")
 	fs.StringVar(&f.cfg.Model, "model", "", "the served model name; required")
@@ -139,6 +142,10 @@ func (f *flags) run(ctx context.Context, stderr io.Writer) error {
 	}
 	cfg.Registry = reg
 	cfg.Logger = log.With("component", "bridge")
+	cells, err := f.cells(&cfg, log)
+	if err != nil {
+		return err
+	}
 	b, err := bridge.New(cfg)
 	if err != nil {
 		return err
@@ -166,6 +173,9 @@ func (f *flags) run(ctx context.Context, stderr io.Writer) error {
 		}
 		return err
 	})
+	if cells != nil {
+		g.Go(func() error { return cells.Run(opsCtx) })
+	}
 	g.Go(func() error {
 		defer stopOps()
 		return b.Run(gctx)

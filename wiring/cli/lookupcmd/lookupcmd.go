@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/client/cellmap"
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -42,12 +43,14 @@ type conn struct {
 	output  string
 	timeout time.Duration
 	tls     common.ClientTLS
+	cellMap string // --cell-map: ask every cell of the map instead of --index
 }
 
 func (c *conn) register(fs *pflag.FlagSet, what string) {
 	fs.StringVar(&c.index, "index", contract.DefaultGRPCAddr, "indexd address: host:port, a comma-separated list, or a gRPC target such as dns:///indexd:50051")
 	fs.StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	fs.DurationVar(&c.timeout, "timeout", 5*time.Second, "deadline of "+what)
+	fs.StringVar(&c.cellMap, "cell-map", "", "cell map file (docs/DESIGN.md \"Cells\"): ask the cells it names instead of --index (a spread model's Lookup fans out; endpoints pages across every cell)")
 	c.tls.Register(fs)
 }
 
@@ -69,7 +72,15 @@ func (c *conn) client(ctx context.Context) (*client.Client, context.Context, con
 	if err != nil {
 		return nil, nil, nil, usagef("%v", err)
 	}
-	cl, err := client.New(c.index, append(opts, client.WithTimeout(c.timeout))...)
+	target := c.index
+	if c.cellMap != "" {
+		m, err := cellmap.Load(c.cellMap)
+		if err != nil {
+			return nil, nil, nil, usagef("--cell-map: %v", err)
+		}
+		target, opts = "", append(opts, client.WithCells(m))
+	}
+	cl, err := client.New(target, append(opts, client.WithTimeout(c.timeout))...)
 	if err != nil {
 		return nil, nil, nil, err
 	}

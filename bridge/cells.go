@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/client/cellmap"
+	"github.com/kvindex/kvindex/internal/contract"
 )
 
 // CellSource supplies the cell map the bridge routes by (Config.Cells): a
@@ -109,7 +110,7 @@ func header(r *kgo.Record, key string) []byte {
 // record whose model has no cell (counted as lost, logged) or when the
 // move could not be produced (a fatal produce error, set).
 func (c *cellRouter) place(ctx context.Context, r *kgo.Record) (*kgo.Client, bool) {
-	model, pod, rank := string(header(r, HeaderModel)), string(r.Key), string(header(r, HeaderDPRank))
+	model, pod, rank := string(header(r, contract.HeaderModel)), string(r.Key), string(header(r, contract.HeaderDPRank))
 	key := pod + "\x00" + rank
 	cell, err := c.src.Current().WriteCell(model, pod)
 	if err != nil {
@@ -134,7 +135,7 @@ func (c *cellRouter) place(ctx context.Context, r *kgo.Record) (*kgo.Client, boo
 		c.b.setFatal(err)
 		return nil, false
 	}
-	if recordKind(r) == KindGoodbye {
+	if recordKind(r) == contract.KindGoodbye {
 		delete(c.at, key)
 	} else {
 		c.at[key] = cell
@@ -157,9 +158,9 @@ func (c *cellRouter) move(ctx context.Context, r *kgo.Record, from, to cellmap.C
 			return err
 		}
 		rec := &kgo.Record{Topic: cell.Topic, Key: r.Key, Headers: []kgo.RecordHeader{
-			{Key: HeaderModel, Value: header(r, HeaderModel)},
-			{Key: HeaderDPRank, Value: header(r, HeaderDPRank)},
-			{Key: HeaderKind, Value: []byte(kind)},
+			{Key: contract.HeaderModel, Value: header(r, contract.HeaderModel)},
+			{Key: contract.HeaderDPRank, Value: header(r, contract.HeaderDPRank)},
+			{Key: contract.HeaderKind, Value: []byte(kind)},
 		}}
 		if err := c.b.produceBounded(ctx, cl, rec); err != nil {
 			return fmt.Errorf("%s in cell %s: %w", kind, cell.Name, err)
@@ -167,14 +168,14 @@ func (c *cellRouter) move(ctx context.Context, r *kgo.Record, from, to cellmap.C
 		c.b.m.produced.WithLabelValues(kind).Inc()
 		return nil
 	}
-	if err := control(KindGoodbye, from); err != nil {
+	if err := control(contract.KindGoodbye, from); err != nil {
 		return err
 	}
-	if err := control(KindResync, to); err != nil {
+	if err := control(contract.KindResync, to); err != nil {
 		return err
 	}
 	c.b.m.cellMoves.Inc()
-	c.b.log.Info("endpoint moved to another cell", "pod", string(r.Key), "dp_rank", string(header(r, HeaderDPRank)),
+	c.b.log.Info("endpoint moved to another cell", "pod", string(r.Key), "dp_rank", string(header(r, contract.HeaderDPRank)),
 		"from", from.Name, "to", to.Name)
 	return nil
 }

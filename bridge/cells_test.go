@@ -8,8 +8,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kvindex/kvindex/bridge"
-	"github.com/kvindex/kvindex/client/cellmap"
 	"github.com/kvindex/kvindex/bridge/bridgetest"
+	"github.com/kvindex/kvindex/client/cellmap"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -59,12 +60,12 @@ func TestCellMapMovesTheEndpoint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(t, "cell b after the move", cat([]rec{control(bridge.KindResync)}, second), got)
+	check(t, "cell b after the move", cat([]rec{control(contract.KindResync)}, second), got)
 	got, err = inA.Read(e.ctx, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	check(t, "cell a after the move", []rec{control(bridge.KindGoodbye)}, got)
+	check(t, "cell a after the move", []rec{control(contract.KindGoodbye)}, got)
 	if err := r.Stop(); err != nil {
 		t.Fatal(err)
 	}

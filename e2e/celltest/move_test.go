@@ -13,10 +13,10 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/client/cellmap"
-	"github.com/kvindex/kvindex/wiring/cli/cellscmd"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/cli/cellscmd"
 )
 
 // mover produces records as the bridges do under a cell map: each to

@@ -172,9 +172,9 @@ func Configs(dir, target, tokenizerURL string, maxTokens int) (map[string][]byte
 		"      tokenizer:\n        url: "+tokenizerURL+"\n", 1)
 	// kvindex-tier: the tier scorer takes the prefix scorer's place in
 	// the profile, at its weight, so affinity weighs against load as in
-	// kvindex and only the tiers reorder holders (adding it on top would
-	// raise affinity's share of the score, and with it the load on hot
-	// holders, which is what made kvindex-tier score below kvindex).
+	// kvindex and only the tiers reorder holders (added on top, it raised
+	// affinity's share of the score against the load scorers, and counted
+	// every matched block twice: docs/router.md).
 	if !strings.Contains(kv, prefixRef) {
 		return nil, fmt.Errorf("%s: epp-config-kvindex.yaml no longer references prefix-cache-scorer in its profile", dir)
 	}

@@ -112,9 +112,23 @@ type ProducerParams struct {
 	// SpeculativeTTL is how long a chosen endpoint's prompt blocks are
 	// remembered; "0s" turns speculative entries off. Default 2s.
 	SpeculativeTTL *Duration `json:"speculativeTTL,omitempty"`
+	// SpeculativeIndexLag is how far past a routing decision an index
+	// answer's progress time must be for the answer to reflect what the
+	// chosen endpoint reported after the decision; from then on the
+	// decision's speculative entries no longer count. It is the bound the
+	// deployment keeps on the produce → etcd lag of KV events. Default
+	// 500ms; "0s" drops entries at the first answer newer than the
+	// decision.
+	SpeculativeIndexLag Duration `json:"speculativeIndexLag,omitempty"`
 	// SpeculativeMaxEntries bounds the remembered (block, endpoint)
 	// entries. Default 200000 (a few MB).
 	SpeculativeMaxEntries int `json:"speculativeMaxEntries,omitempty"`
+	// IdentityCheckInterval is the least time between two checks, per
+	// model, of why a Lookup matched no candidate (an identity mismatch or
+	// an unknown model: docs/router.md), each one ListEndpoints call; also
+	// the least time between two such WARN lines. Default 10s; "0s" turns
+	// the checks off.
+	IdentityCheckInterval *Duration `json:"identityCheckInterval,omitempty"`
 	// Fallback is approximate (default) or none.
 	Fallback string `json:"fallback,omitempty"`
 	// FallbackLogInterval is the least time between two fallback log
@@ -127,15 +141,28 @@ const (
 	DefaultTokenizeTimeout       = 150 * time.Millisecond
 	DefaultLookupTimeout         = 100 * time.Millisecond
 	DefaultSpeculativeTTL        = 2 * time.Second
+	DefaultSpeculativeIndexLag   = 500 * time.Millisecond
 	DefaultSpeculativeMaxEntries = 200000
 	DefaultFallbackLogInterval   = 10 * time.Second
+	DefaultIdentityCheckInterval = 10 * time.Second
 )
 
-// ParseProducerParams decodes raw strictly (unknown fields are an error),
-// fills in the defaults and validates. A nil or empty raw is an error: the
-// target is required.
-func ParseProducerParams(raw json.RawMessage) (ProducerParams, error) {
+// DefaultProducerParams returns every parameter at its default, Target
+// left empty (it is required). ParseProducerParams decodes onto it, the
+// way GIE decodes its own plugins' parameters onto their defaults.
+func DefaultProducerParams() ProducerParams {
 	var p ProducerParams
+	p.FillDefaults()
+	return p
+}
+
+// ParseProducerParams decodes raw strictly (unknown fields are an error)
+// onto DefaultProducerParams and validates: a field left out keeps its
+// default, a field given keeps its value (an explicit "0s" where zero is
+// out of range is an error, not the default). A nil or empty raw is an
+// error: the target is required.
+func ParseProducerParams(raw json.RawMessage) (ProducerParams, error) {
+	p := DefaultProducerParams()
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return p, fmt.Errorf("%w: parameters are required (at least target)", ErrInvalidConfig)
 	}
@@ -144,11 +171,13 @@ func ParseProducerParams(raw json.RawMessage) (ProducerParams, error) {
 	if err := dec.Decode(&p); err != nil {
 		return p, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	p.fillDefaults()
 	return p, p.Validate()
 }
 
-func (p *ProducerParams) fillDefaults() {
+// FillDefaults sets every zero (or nil) field to its default, Target
+// excepted: a hand-built or partial ProducerParams becomes a complete one.
+// NewProducer applies it, so a zero field there means the default.
+func (p *ProducerParams) FillDefaults() {
 	if p.TokenizeTimeout == 0 {
 		p.TokenizeTimeout = Duration(DefaultTokenizeTimeout)
 	}
@@ -176,8 +205,15 @@ func (p *ProducerParams) fillDefaults() {
 		d := Duration(DefaultSpeculativeTTL)
 		p.SpeculativeTTL = &d
 	}
+	if p.SpeculativeIndexLag == 0 {
+		p.SpeculativeIndexLag = Duration(DefaultSpeculativeIndexLag)
+	}
 	if p.SpeculativeMaxEntries == 0 {
 		p.SpeculativeMaxEntries = DefaultSpeculativeMaxEntries
+	}
+	if p.IdentityCheckInterval == nil {
+		d := Duration(DefaultIdentityCheckInterval)
+		p.IdentityCheckInterval = &d
 	}
 	if p.Fallback == "" {
 		p.Fallback = FallbackApproximate
@@ -228,8 +264,11 @@ func (p ProducerParams) Validate() error {
 	if err := p.matcherConfig().Validate(); err != nil {
 		return err
 	}
-	if *p.SpeculativeTTL < 0 || p.SpeculativeMaxEntries < 0 {
-		return fmt.Errorf("%w: speculativeTTL and speculativeMaxEntries must not be negative", ErrInvalidConfig)
+	if p.SpeculativeTTL == nil || p.IdentityCheckInterval == nil {
+		return fmt.Errorf("%w: speculativeTTL and identityCheckInterval must be set (FillDefaults sets them)", ErrInvalidConfig)
+	}
+	if *p.SpeculativeTTL < 0 || p.SpeculativeIndexLag < 0 || p.SpeculativeMaxEntries < 0 || *p.IdentityCheckInterval < 0 {
+		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag, speculativeMaxEntries and identityCheckInterval must not be negative", ErrInvalidConfig)
 	}
 	if p.Fallback != FallbackApproximate && p.Fallback != FallbackNone {
 		return fmt.Errorf("%w: fallback %q: want %s or %s", ErrInvalidConfig, p.Fallback, FallbackApproximate, FallbackNone)

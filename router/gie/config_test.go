@@ -13,7 +13,7 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ttl := Duration(2 * time.Second)
+	ttl, check := Duration(2*time.Second), Duration(10*time.Second)
 	want := ProducerParams{
 		Target:                "dns:///indexd:50051",
 		TokenizeTimeout:       Duration(150 * time.Millisecond),
@@ -22,7 +22,9 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 		BlockSize:             16,
 		MaxPromptTokens:       65536,
 		SpeculativeTTL:        &ttl,
+		SpeculativeIndexLag:   Duration(500 * time.Millisecond),
 		SpeculativeMaxEntries: 200000,
+		IdentityCheckInterval: &check,
 		Fallback:              FallbackApproximate,
 		FallbackLogInterval:   Duration(10 * time.Second),
 	}
@@ -69,6 +71,12 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"block_size":        `{"target":"x:1","blockSize":-16}`,
 		"tokenizer_path":    `{"target":"x:1","tokenizer":{"path":"tokenize"}}`,
 		"negative_ttl":      `{"target":"x:1","speculativeTTL":"-1s"}`,
+		"negative_lag":      `{"target":"x:1","speculativeIndexLag":"-1s"}`,
+		"negative_check":    `{"target":"x:1","identityCheckInterval":"-1s"}`,
+		// Decoded onto the defaults: an explicit zero is a value, not
+		// "use the default".
+		"explicit_zero_timeout":    `{"target":"x:1","lookupTimeout":"0s"}`,
+		"explicit_zero_block_size": `{"target":"x:1","blockSize":0}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
@@ -91,5 +99,43 @@ func TestParseTierScorerParams(t *testing.T) {
 		if _, err := ParseTierScorerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", raw, err)
 		}
+	}
+}
+
+func TestParseProducerParamsKeepsDefaultsOfFieldsLeftOut(t *testing.T) {
+	p, err := ParseProducerParams([]byte(`{"target":"x:1","tokenizer":{"url":"http://tok:8000/tokenize"},"lookupTimeout":"50ms"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := DefaultProducerParams()
+	want.Target = "x:1"
+	want.Tokenizer.URL = "http://tok:8000/tokenize"
+	want.LookupTimeout = Duration(50 * time.Millisecond)
+	if diff := cmp.Diff(want, p); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestNewProducerTakesPartialParams(t *testing.T) {
+	for name, params := range map[string]ProducerParams{
+		"target_only":          {Target: "127.0.0.1:1"},
+		"hand_built_some":      {Target: "127.0.0.1:1", BlockSize: 32, Fallback: FallbackNone},
+		"ttl_zero_pointer_nil": {Target: "127.0.0.1:1", SpeculativeMaxEntries: 10},
+	} {
+		t.Run(name, func(t *testing.T) {
+			p, err := NewProducer("", params, &laggingIndex{clock: &clock{}}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.matcher.spec == nil {
+				t.Error("speculative entries off with the default TTL")
+			}
+		})
+	}
+	if _, err := NewProducer("", ProducerParams{}, &laggingIndex{clock: &clock{}}, nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("no target: err = %v, want ErrInvalidConfig", err)
+	}
+	if err := (ProducerParams{Target: "x:1"}).Validate(); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("Validate of unfilled params: err = %v, want ErrInvalidConfig (and no panic)", err)
 	}
 }

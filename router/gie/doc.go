@@ -12,8 +12,12 @@
 //     puts on every candidate the PrefixCacheMatchInfo attribute the stock
 //     prefix-cache-scorer reads, plus a TierMatch attribute. After
 //     scheduling it remembers the chosen endpoint's prompt blocks for a
-//     short TTL (speculative entries), so back-to-back requests with a new
-//     prefix meet on one endpoint before its KV events reach the index.
+//     short TTL from the decision (speculative entries, never renewed, and
+//     dropped once the index has caught up), so back-to-back requests with
+//     a new prefix meet on one endpoint before its KV events reach the
+//     index. When a Lookup matches no candidate it checks, at a bounded
+//     rate, for a pod-identity mismatch or an unknown model, and counts
+//     and logs what it finds.
 //   - kvindex-tier-scorer (TierScorerType): an Affinity scorer of the
 //     TierMatch attribute, weighing each matched block by the tier that
 //     holds it.

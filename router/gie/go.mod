@@ -18,6 +18,7 @@ require (
 
 require (
 	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
+	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 )
 

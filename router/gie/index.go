@@ -1,6 +1,9 @@
 package gie
 
-import "context"
+import (
+	"context"
+	"time"
+)
 
 // Prompt is a request's prompt as kvindex looks it up: token ids plus the
 // extras vLLM folds into its block hashes (the shape of the client's
@@ -52,10 +55,26 @@ type IndexMatch struct {
 	Tiers     []Tier
 }
 
+// IndexAnswer is one Lookup answer: the candidates holding at least the
+// first block, and ProgressTime, when the answering replica last heard
+// from etcd that its view was current (zero when the replica did not
+// say). The answer reflects every index write made before ProgressTime.
+type IndexAnswer struct {
+	Matches      []IndexMatch
+	ProgressTime time.Time
+}
+
 // Index is what the Matcher needs of kvindex: one token-mode Lookup of
 // model's prompt, restricted to candidates (every endpoint when empty).
-// It returns the candidates holding at least the first block. *KVIndex
-// (kvclient.go) implements it with kvindex's Go client.
+// *KVIndex (kvclient.go) implements it with kvindex's Go client.
 type Index interface {
-	LookupTokens(ctx context.Context, model string, p Prompt, candidates []Identity) ([]IndexMatch, error)
+	LookupTokens(ctx context.Context, model string, p Prompt, candidates []Identity) (IndexAnswer, error)
+}
+
+// EndpointLister is the optional part of an Index the producer uses to
+// tell an identity mismatch from a cold cache: the identities the index
+// holds for model (every model when empty), at most limit of them.
+// *KVIndex implements it.
+type EndpointLister interface {
+	IndexedEndpoints(ctx context.Context, model string, limit int) ([]Identity, error)
 }

@@ -2,17 +2,11 @@ package gie
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/client/cellmap"
@@ -46,24 +40,21 @@ type KVIndex struct {
 
 var _ Index = (*KVIndex)(nil)
 
-// DialKVIndex returns a KVIndex for params' target and TLS settings.
-// Like client.New it does not connect; the first Lookup does. It errors
-// for an empty target or unreadable TLS files.
+// DialKVIndex returns a KVIndex for params' target and TLS settings,
+// given to the client module as its own TLS options (WithTLSCAFile,
+// WithTLSCertFiles, WithTLSServerName): the client reads the CA and the
+// key pair, and re-reads a rotated client certificate on new
+// connections. Like client.New it does not connect; the first Lookup
+// does. It errors (ErrInvalidConfig) for an empty target or unreadable
+// TLS files.
 func DialKVIndex(params ProducerParams) (*KVIndex, error) {
-	opts := []client.Option{client.WithTimeout(time.Duration(params.LookupTimeout))}
-	if params.CAFile != "" {
-		cfg, err := tlsConfig(params)
-		if err != nil {
-			return nil, err
-		}
-		opts = append(opts, client.WithDialOptions(grpc.WithTransportCredentials(credentials.NewTLS(cfg))))
-	}
+	opts := clientOptions(params)
 	if params.CellMap != "" {
 		return dialCells(params.CellMap, opts)
 	}
 	c, err := client.New(params.Target, opts...)
 	if err != nil {
-		return nil, fmt.Errorf("%w: target: %v", ErrInvalidConfig, err)
+		return nil, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
 	return &KVIndex{c: c}, nil
 }
@@ -100,6 +91,21 @@ func dialCells(cellMap string, opts []client.Option) (*KVIndex, error) {
 	return &KVIndex{c: c, stopWatch: func() { once.Do(func() { cancel(); <-done }) }}, nil
 }
 
+// clientOptions maps the producer's parameters to the client's options.
+func clientOptions(params ProducerParams) []client.Option {
+	opts := []client.Option{client.WithTimeout(time.Duration(params.LookupTimeout))}
+	if params.CAFile != "" {
+		opts = append(opts, client.WithTLSCAFile(params.CAFile))
+	}
+	if params.CertFile != "" || params.KeyFile != "" {
+		opts = append(opts, client.WithTLSCertFiles(params.CertFile, params.KeyFile))
+	}
+	if params.ServerName != "" {
+		opts = append(opts, client.WithTLSServerName(params.ServerName))
+	}
+	return opts
+}
+
 // Close stops the cell map watcher, if any, and closes the client.
 func (k *KVIndex) Close() error {
 	if k.stopWatch != nil {
@@ -108,31 +114,23 @@ func (k *KVIndex) Close() error {
 	return k.c.Close()
 }
 
-// tlsConfig builds the client's TLS config: the CA pool, an optional
-// client certificate and server name. TLS 1.2 at least.
-func tlsConfig(p ProducerParams) (*tls.Config, error) {
-	pem, err := os.ReadFile(p.CAFile)
+// IndexedEndpoints implements EndpointLister with one ListEndpointsPage
+// call of at most limit endpoints. Errors are *IndexError.
+func (k *KVIndex) IndexedEndpoints(ctx context.Context, model string, limit int) ([]Identity, error) {
+	page, err := k.c.ListEndpointsPage(ctx, model, max(limit, 1), "")
 	if err != nil {
-		return nil, fmt.Errorf("%w: caFile: %v", ErrInvalidConfig, err)
+		return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
 	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, fmt.Errorf("%w: caFile %s holds no PEM certificate", ErrInvalidConfig, p.CAFile)
+	out := make([]Identity, 0, len(page.Endpoints))
+	for _, e := range page.Endpoints {
+		out = append(out, Identity{Pod: e.Endpoint.Pod, Rank: e.Endpoint.DPRank})
 	}
-	cfg := &tls.Config{RootCAs: pool, ServerName: p.ServerName, MinVersion: tls.VersionTLS12}
-	if p.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(p.CertFile, p.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("%w: certFile/keyFile: %v", ErrInvalidConfig, err)
-		}
-		cfg.Certificates = []tls.Certificate{cert}
-	}
-	return cfg, nil
+	return out, nil
 }
 
 // LookupTokens implements Index with client.LookupTokens. Errors are
 // *IndexError.
-func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, candidates []Identity) ([]IndexMatch, error) {
+func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, candidates []Identity) (IndexAnswer, error) {
 	tp := client.TokenPrompt{TokenIDs: p.TokenIDs, LoRAName: p.LoRAName, CacheSalt: p.CacheSalt}
 	for _, mm := range p.MultiModal {
 		tp.MultiModal = append(tp.MultiModal, client.MultiModalItem{Hash: mm.Hash, Offset: mm.Offset, Length: mm.Length})
@@ -147,7 +145,7 @@ func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, cand
 	}
 	res, err := k.c.LookupTokens(ctx, model, tp, opts...)
 	if err != nil {
-		return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
+		return IndexAnswer{}, &IndexError{Kind: clientErrorKind(err), Err: err}
 	}
 	if res.Partial() && k.onPartial != nil {
 		k.onPartial(ctx, res.Failed)
@@ -165,7 +163,7 @@ func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, cand
 			Tiers:     tiers,
 		}
 	}
-	return out, nil
+	return IndexAnswer{Matches: out, ProgressTime: res.ProgressTime}, nil
 }
 
 // clientErrorKind maps the client's sentinels to metric kinds.

@@ -72,14 +72,16 @@ func NewMatcher(cfg MatcherConfig, index Index, spec *Speculative) (*Matcher, er
 
 // Match looks model's prompt up among candidates (every endpoint the
 // index knows when empty) and returns an EndpointMatch for each candidate,
-// zero blocks for those holding nothing. The Lookup runs under
+// zero blocks for those holding nothing. Speculative entries add blocks
+// beyond the index's answer only until that answer has caught up with
+// their decision (Speculative). The Lookup runs under
 // LookupTimeout (or ctx's sooner deadline); its error is returned
 // unchanged, with a nil map.
 func (m *Matcher) Match(ctx context.Context, model string, p Prompt, candidates []Identity) (map[Identity]EndpointMatch, error) {
 	p = m.truncate(p)
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
 	defer cancel()
-	matches, err := m.index.LookupTokens(lctx, model, p, candidates)
+	ans, err := m.index.LookupTokens(lctx, model, p, candidates)
 	if err != nil {
 		return nil, err
 	}
@@ -91,9 +93,9 @@ func (m *Matcher) Match(ctx context.Context, model string, p Prompt, candidates 
 		if len(keys) == 0 {
 			return 0
 		}
-		return m.spec.Match(keys, id)
+		return m.spec.Match(keys, id, ans.ProgressTime)
 	}
-	return merge(candidates, matches, spec, m.specBlockSize(), len(p.TokenIDs), m.cfg.BlockSize), nil
+	return merge(candidates, ans.Matches, spec, m.specBlockSize(), len(p.TokenIDs), m.cfg.BlockSize), nil
 }
 
 // Remember records that model's prompt p was sent to id, for the

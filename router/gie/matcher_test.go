@@ -1,7 +1,10 @@
 package gie
 
 import (
+	"context"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -102,5 +105,95 @@ func TestTruncate(t *testing.T) {
 	want := Prompt{TokenIDs: seq(4), MultiModal: []MultiModalItem{{Hash: "x", Offset: 2, Length: 5}}}
 	if diff := cmp.Diff(want, p); diff != "" {
 		t.Errorf("truncate (-want +got):\n%s", diff)
+	}
+}
+
+// laggingIndex is an Index whose answer is fixed and whose progress time
+// trails the test clock by lag (zero progress when noProgress).
+type laggingIndex struct {
+	clock      *clock
+	lag        time.Duration
+	noProgress bool
+	matches    []IndexMatch
+}
+
+func (f *laggingIndex) LookupTokens(_ context.Context, _ string, _ Prompt, candidates []Identity) (IndexAnswer, error) {
+	var out []IndexMatch
+	for _, m := range f.matches {
+		if len(candidates) == 0 || slices.Contains(candidates, m.Identity) {
+			out = append(out, m)
+		}
+	}
+	ans := IndexAnswer{Matches: out}
+	if !f.noProgress {
+		ans.ProgressTime = f.clock.now().Add(-f.lag)
+	}
+	return ans, nil
+}
+
+// TestEvictedHolderLosesWithinTheTTL reproduces the measurement of issue
+// 24: A was chosen for an 8-block prompt (speculative entries), then A's
+// blocks left the index while B holds 3 of them, and a request for the
+// prompt comes every 0.5 s, each routed to the endpoint with the most
+// blocks and remembered. B must win by the first request one round trip
+// (0.5 s here) after the decision's TTL at the latest, and from then on
+// always; with the index caught up, sooner.
+func TestEvictedHolderLosesWithinTheTTL(t *testing.T) {
+	const (
+		ttl      = 2 * time.Second
+		indexLag = 500 * time.Millisecond
+		every    = 500 * time.Millisecond
+	)
+	a, b := Identity{Pod: "a"}, Identity{Pod: "b"}
+	for _, tc := range []struct {
+		name string
+		idx  laggingIndex
+		// within is how long after the decision B must have won.
+		within time.Duration
+	}{
+		{"index_without_progress_time", laggingIndex{noProgress: true}, ttl + every},
+		{"index_far_behind", laggingIndex{lag: time.Minute}, ttl + every},
+		{"index_current", laggingIndex{lag: 0}, indexLag + every},
+		{"index_100ms_behind", laggingIndex{lag: 100 * time.Millisecond}, indexLag + 100*time.Millisecond + every},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t0 := time.Unix(1000, 0)
+			c := &clock{t: t0}
+			idx := tc.idx
+			idx.clock = c
+			idx.matches = []IndexMatch{{Identity: b, Blocks: 3, BlockSize: 16, Tiers: []Tier{TierGPU, TierGPU, TierGPU}}}
+			spec := NewSpeculative(ttl, indexLag, 1000, 16, c.now)
+			m, err := NewMatcher(DefaultMatcherConfig(), &idx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := Prompt{TokenIDs: seq(8 * 16)}
+			m.Remember("m", p, a) // the decision, made just before the eviction
+			var firstB time.Duration = -1
+			for step := range 20 { // 10 s of requests
+				c.add(every)
+				ems, err := m.Match(t.Context(), "m", p, []Identity{a, b})
+				if err != nil {
+					t.Fatal(err)
+				}
+				winner := a
+				if ems[b].Blocks > ems[a].Blocks {
+					winner = b
+				}
+				m.Remember("m", p, winner)
+				since := time.Duration(step+1) * every
+				switch {
+				case winner == b && firstB < 0:
+					firstB = since
+				case winner == a && firstB >= 0:
+					t.Fatalf("A won again at %v after B won at %v", since, firstB)
+				case winner == a && ems[a].Speculative == 0:
+					t.Fatalf("A won at %v without speculative credit: %+v", since, ems[a])
+				}
+			}
+			if firstB < 0 || firstB > tc.within {
+				t.Errorf("B first won %v after the decision, want within %v", firstB, tc.within)
+			}
+		})
 	}
 }

@@ -35,6 +35,8 @@ type Metrics struct {
 	fallbacks   *prometheus.CounterVec
 	matchRatio  prometheus.Histogram
 	speculative prometheus.Counter
+	mismatch    *prometheus.CounterVec
+	unknown     *prometheus.CounterVec
 }
 
 // NewMetrics returns unregistered metrics.
@@ -77,6 +79,14 @@ func NewMetrics() *Metrics {
 			Name: "kvindex_gie_speculative_blocks_total",
 			Help: "Blocks credited to candidates from speculative entries beyond the index's answer.",
 		}),
+		mismatch: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_gie_identity_mismatch_total",
+			Help: "Checks that found the index holding endpoints of the model while no candidate endpoint equals any of them under the configured podIdentity and ranks, by kvindex model.",
+		}, []string{"model"}),
+		unknown: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "kvindex_gie_unknown_model_total",
+			Help: "Checks that found a request's kvindex model (after the models mapping) without endpoints in the index while a configured base model has some, by kvindex model (at most 32 names, the rest as \"other\").",
+		}, []string{"model"}),
 	}
 	// Every error kind and fallback series exists from the start, so a
 	// rate over one is 0, not absent (the alerting rules of
@@ -92,7 +102,7 @@ func NewMetrics() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.lookups, m.errors, m.lookupSecs, m.tokenize, m.prepare, m.fallbacks, m.matchRatio, m.speculative}
+	return []prometheus.Collector{m.lookups, m.errors, m.lookupSecs, m.tokenize, m.prepare, m.fallbacks, m.matchRatio, m.speculative, m.mismatch, m.unknown}
 }
 
 // Describe implements prometheus.Collector.

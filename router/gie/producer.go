@@ -33,6 +33,9 @@ type Producer struct {
 	tokenizer *Tokenizer
 	ids       IdentityMapper
 	metrics   *Metrics
+	// check tells identity mismatches and unknown models from cold
+	// caches (nil: off, or the index cannot list endpoints).
+	check *identityCheck
 
 	// logEvery bounds the fallback log lines; sinceLog counts the
 	// fallbacks since the last one.
@@ -50,9 +53,12 @@ var (
 )
 
 // NewProducer returns a producer named name (ProducerType when empty)
-// with params (already parsed: ParseProducerParams), asking index. metrics
-// nil means a private, unregistered set.
+// with params, asking index. A zero field of params means its default
+// (ProducerParams.FillDefaults), so a hand-built or partial value works;
+// out-of-range values are an error. metrics nil means a private,
+// unregistered set.
 func NewProducer(name string, params ProducerParams, index Index, metrics *Metrics) (*Producer, error) {
+	params.FillDefaults()
 	if err := params.Validate(); err != nil {
 		return nil, err
 	}
@@ -64,7 +70,7 @@ func NewProducer(name string, params ProducerParams, index Index, metrics *Metri
 	}
 	var spec *Speculative
 	if ttl := time.Duration(*params.SpeculativeTTL); ttl > 0 && params.SpeculativeMaxEntries > 0 {
-		spec = NewSpeculative(ttl, params.SpeculativeMaxEntries, params.BlockSize, nil)
+		spec = NewSpeculative(ttl, time.Duration(params.SpeculativeIndexLag), params.SpeculativeMaxEntries, params.BlockSize, nil)
 	}
 	m, err := NewMatcher(params.matcherConfig(), index, spec)
 	if err != nil {
@@ -74,7 +80,9 @@ func NewProducer(name string, params ProducerParams, index Index, metrics *Metri
 	if err != nil {
 		return nil, err
 	}
+	lister, _ := index.(EndpointLister)
 	return &Producer{
+		check:     newIdentityCheck(lister, params, metrics, time.Now),
 		typedName: plugin.TypedName{Type: ProducerType, Name: name},
 		params:    params,
 		matcher:   m,
@@ -179,7 +187,7 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		p.fallback(ctx, ctx.Err(), endpoints, len(prompt.TokenIDs))
 		return nil
 	}
-	best := 0.0
+	best, indexed := 0.0, false
 	for i, ep := range endpoints {
 		var em EndpointMatch
 		if ok[i] {
@@ -194,11 +202,16 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		if em.Total > 0 {
 			best = max(best, float64(em.Blocks)/float64(em.Total))
 		}
+		indexed = indexed || em.Blocks > em.Speculative
 		p.metrics.speculative.Add(float64(em.Speculative))
 		ep.Put(attrprefix.PrefixCacheMatchInfoKey, attrprefix.NewPrefixCacheMatchInfo(em.Blocks, em.Total, em.BlockSize))
 		ep.Put(TierMatchKey, &TierMatch{GPU: em.GPU, CPU: em.CPU, Disk: em.Disk, Total: em.Total, BlockSize: em.BlockSize})
 	}
 	p.metrics.matchRatio.Observe(best)
+	if !indexed && p.check != nil {
+		// The attributes are written; the check only counts and logs.
+		p.check.run(ctx, model, lora, candidates)
+	}
 	return nil
 }
 

@@ -247,18 +247,22 @@ func TestProducerDeclaresTheOrderingKeys(t *testing.T) {
 }
 
 func TestTierScorer(t *testing.T) {
-	eps := endpoints(4)
+	eps := endpoints(5)
 	eps[0].Put(gie.TierMatchKey, &gie.TierMatch{GPU: 4, Total: 4, BlockSize: 16})
+	// The producer's TierMatch wins over the prefix attribute beside it.
+	eps[0].Put(attrprefix.PrefixCacheMatchInfoKey, attrprefix.NewPrefixCacheMatchInfo(1, 4, 16))
 	eps[1].Put(gie.TierMatchKey, &gie.TierMatch{CPU: 4, Total: 4, BlockSize: 16})
 	eps[2].Put(gie.TierMatchKey, &gie.TierMatch{GPU: 1, Disk: 1, Total: 4, BlockSize: 16})
-	// eps[3] has no attribute (a fallback).
+	// eps[3] has only the approximate producer's guess (a fallback);
+	// eps[4] has nothing.
+	eps[3].Put(attrprefix.PrefixCacheMatchInfoKey, attrprefix.NewPrefixCacheMatchInfo(3, 4, 16))
 	for _, tc := range []struct {
 		name   string
 		params string
 		want   []float64
 	}{
-		{"defaults", ``, []float64{1, 0.8, (1 + 0.5) / 4, 0}},
-		{"configured", `{"cpu":0.25,"disk":0}`, []float64{1, 0.25, 0.25, 0}},
+		{"defaults", ``, []float64{1, 0.8, (1 + 0.5) / 4, 0.75, 0}},
+		{"configured", `{"cpu":0.25,"disk":0}`, []float64{1, 0.25, 0.25, 0.75, 0}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pl, err := gie.TierScorerFactory("tiers", json.RawMessage(tc.params), nil)

@@ -14,6 +14,15 @@ import (
 // then land on one endpoint instead of two. llm-d's precise scorer keeps
 // the same kind of entries for 2 s.
 //
+// An entry cannot outlive the truth it stands in for:
+//   - it lives TTL from the routing decision that made it; a later
+//     decision for the same (block, endpoint), which a speculative entry
+//     may itself have won, never extends it;
+//   - it stops counting once an index answer has caught up with the
+//     decision: the answer's progress time (IndexAnswer.ProgressTime) is
+//     at least IndexLag after the decision, so the index reflects what
+//     the endpoint reported after it (docs/router.md says why this signal).
+//
 // Blocks are named by a local chained hash of their tokens (seeded by the
 // model, LoRA, cache salt and the multimodal items overlapping the block);
 // it never leaves the process, so it need not equal kvindex's keys.
@@ -25,33 +34,38 @@ import (
 // safe for concurrent use and starts no goroutine.
 type Speculative struct {
 	ttl        time.Duration
+	indexLag   time.Duration
 	maxEntries int
 	blockSize  int
 	now        func() time.Time
 	seed       maphash.Seed
 
 	mu      sync.Mutex
-	entries map[uint64]map[Identity]time.Time // block key → endpoint → expiry
+	entries map[uint64]map[Identity]time.Time // block key → endpoint → decision time
 	order   []specEntry                       // insertion (= expiry) order; head at order[head]
 	head    int
 }
 
 type specEntry struct {
-	key    uint64
-	id     Identity
-	expiry time.Time
+	key     uint64
+	id      Identity
+	decided time.Time
 }
 
-// NewSpeculative returns a Speculative keeping entries for ttl, at most
-// maxEntries of them, naming blocks of blockSize tokens. now is the clock
-// (time.Now when nil). A ttl or maxEntries of zero or less disables it:
-// Remember does nothing and Match finds nothing.
-func NewSpeculative(ttl time.Duration, maxEntries, blockSize int, now func() time.Time) *Speculative {
+// NewSpeculative returns a Speculative keeping entries for ttl after
+// their decision, at most maxEntries of them, naming blocks of blockSize
+// tokens; an entry stops counting in an answer whose progress time is at
+// least indexLag after its decision (a negative indexLag counts as 0).
+// now is the clock (time.Now when nil), the one decisions are stamped
+// with and answers' progress times are compared to. A ttl or maxEntries
+// of zero or less disables it: Remember does nothing and Match finds
+// nothing.
+func NewSpeculative(ttl, indexLag time.Duration, maxEntries, blockSize int, now func() time.Time) *Speculative {
 	if now == nil {
 		now = time.Now
 	}
 	return &Speculative{
-		ttl: ttl, maxEntries: maxEntries, blockSize: max(blockSize, 1), now: now,
+		ttl: ttl, indexLag: max(indexLag, 0), maxEntries: maxEntries, blockSize: max(blockSize, 1), now: now,
 		seed: maphash.MakeSeed(), entries: map[uint64]map[Identity]time.Time{},
 	}
 }
@@ -97,14 +111,14 @@ func (s *Speculative) Keys(model string, p Prompt) []uint64 {
 	return keys
 }
 
-// Remember records that the blocks keys were sent to id, until the TTL
-// passes.
+// Remember records that the blocks keys were sent to id by a decision
+// made now, for the TTL. A (block, endpoint) entry still live keeps its
+// own decision time: a repeated decision does not renew it.
 func (s *Speculative) Remember(keys []uint64, id Identity) {
 	if s.ttl <= 0 || s.maxEntries <= 0 || len(keys) == 0 {
 		return
 	}
 	now := s.now()
-	expiry := now.Add(s.ttl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
@@ -114,8 +128,11 @@ func (s *Speculative) Remember(keys []uint64, id Identity) {
 			m = map[Identity]time.Time{}
 			s.entries[k] = m
 		}
-		m[id] = expiry
-		s.order = append(s.order, specEntry{key: k, id: id, expiry: expiry})
+		if _, live := m[id]; live {
+			continue
+		}
+		m[id] = now
+		s.order = append(s.order, specEntry{key: k, id: id, decided: now})
 	}
 	for len(s.order)-s.head > s.maxEntries {
 		s.dropHeadLocked()
@@ -123,9 +140,11 @@ func (s *Speculative) Remember(keys []uint64, id Identity) {
 	s.compactLocked()
 }
 
-// Match returns how many leading blocks of keys are remembered for id and
-// not yet expired.
-func (s *Speculative) Match(keys []uint64, id Identity) int {
+// Match returns how many leading blocks of keys are remembered for id, not
+// yet expired, and not caught up with by an answer whose progress time is
+// progress (zero: the answer did not say, and only the TTL applies).
+// Entries of id the answer has caught up with are dropped.
+func (s *Speculative) Match(keys []uint64, id Identity, progress time.Time) int {
 	if len(keys) == 0 {
 		return 0
 	}
@@ -134,13 +153,39 @@ func (s *Speculative) Match(keys []uint64, id Identity) int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, k := range keys {
-		exp, ok := s.entries[k][id]
-		if !ok || !now.Before(exp) {
+		decided, ok := s.entries[k][id]
+		if !ok || !now.Before(decided.Add(s.ttl)) {
 			break
+		}
+		if s.caughtUp(decided, progress) {
+			// The index reflects what id reported after this decision:
+			// its answer is the truth from here on.
+			s.dropCaughtUpLocked(keys, id, progress)
+			return n
 		}
 		n++
 	}
 	return n
+}
+
+// caughtUp reports whether an answer of progress time progress reflects
+// what an endpoint reported after a decision at decided.
+func (s *Speculative) caughtUp(decided, progress time.Time) bool {
+	return !progress.IsZero() && !progress.Before(decided.Add(s.indexLag))
+}
+
+// dropCaughtUpLocked deletes id's entries of keys that progress has
+// caught up with; their order entries then leave the map alone.
+func (s *Speculative) dropCaughtUpLocked(keys []uint64, id Identity, progress time.Time) {
+	for _, k := range keys {
+		m := s.entries[k]
+		if decided, ok := m[id]; ok && s.caughtUp(decided, progress) {
+			delete(m, id)
+			if len(m) == 0 {
+				delete(s.entries, k)
+			}
+		}
+	}
 }
 
 // Len returns the number of entries kept (expired ones not yet dropped
@@ -153,19 +198,19 @@ func (s *Speculative) Len() int {
 
 // expireLocked drops the entries expired at now from the front.
 func (s *Speculative) expireLocked(now time.Time) {
-	for s.head < len(s.order) && !now.Before(s.order[s.head].expiry) {
+	for s.head < len(s.order) && !now.Before(s.order[s.head].decided.Add(s.ttl)) {
 		s.dropHeadLocked()
 	}
 }
 
 // dropHeadLocked drops the oldest entry. A (block, endpoint) pair
-// remembered again later has a later expiry in the map; the old entry
-// then leaves the map alone.
+// remembered again after this entry was dropped from the map (caught up)
+// has a later decision time there; the old entry then leaves it alone.
 func (s *Speculative) dropHeadLocked() {
 	e := s.order[s.head]
 	s.order[s.head] = specEntry{}
 	s.head++
-	if m := s.entries[e.key]; m != nil && m[e.id].Equal(e.expiry) {
+	if m := s.entries[e.key]; m != nil && m[e.id].Equal(e.decided) {
 		delete(m, e.id)
 		if len(m) == 0 {
 			delete(s.entries, e.key)

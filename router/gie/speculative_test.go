@@ -29,30 +29,30 @@ func seq(n int) []uint32 {
 
 func TestSpeculativeTTL(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	s := NewSpeculative(2*time.Second, 100, 4, c.now)
+	s := NewSpeculative(2*time.Second, 0, 100, 4, c.now)
 	a, b := Identity{Pod: "a"}, Identity{Pod: "b"}
 	keys := s.Keys("m", Prompt{TokenIDs: seq(10)}) // 2 full blocks
 	if len(keys) != 2 {
 		t.Fatalf("keys = %d, want 2", len(keys))
 	}
 	s.Remember(keys, a)
-	if got := s.Match(keys, a); got != 2 {
+	if got := s.Match(keys, a, time.Time{}); got != 2 {
 		t.Errorf("match a = %d, want 2", got)
 	}
-	if got := s.Match(keys, b); got != 0 {
+	if got := s.Match(keys, b, time.Time{}); got != 0 {
 		t.Errorf("match b = %d, want 0", got)
 	}
 	// A longer prompt sharing the first block matches one block.
 	longer := s.Keys("m", Prompt{TokenIDs: append(seq(4), 99, 98, 97, 96)})
-	if got := s.Match(longer, a); got != 1 {
+	if got := s.Match(longer, a, time.Time{}); got != 1 {
 		t.Errorf("match of a prompt sharing one block = %d, want 1", got)
 	}
 	c.add(1999 * time.Millisecond)
-	if got := s.Match(keys, a); got != 2 {
+	if got := s.Match(keys, a, time.Time{}); got != 2 {
 		t.Errorf("before the TTL: match = %d, want 2", got)
 	}
 	c.add(time.Millisecond)
-	if got := s.Match(keys, a); got != 0 {
+	if got := s.Match(keys, a, time.Time{}); got != 0 {
 		t.Errorf("at the TTL: match = %d, want 0", got)
 	}
 	s.Remember(s.Keys("m", Prompt{TokenIDs: seq(4)}), b)
@@ -63,7 +63,7 @@ func TestSpeculativeTTL(t *testing.T) {
 
 func TestSpeculativeBounded(t *testing.T) {
 	c := &clock{t: time.Unix(1000, 0)}
-	s := NewSpeculative(time.Minute, 3, 1, c.now)
+	s := NewSpeculative(time.Minute, 0, 3, 1, c.now)
 	a := Identity{Pod: "a"}
 	first := s.Keys("m", Prompt{TokenIDs: []uint32{1, 2}})
 	s.Remember(first, a)
@@ -72,16 +72,16 @@ func TestSpeculativeBounded(t *testing.T) {
 	if got := s.Len(); got != 3 {
 		t.Fatalf("len = %d, want the bound 3", got)
 	}
-	if got := s.Match(first, a); got != 0 {
+	if got := s.Match(first, a, time.Time{}); got != 0 {
 		t.Errorf("the oldest entry was not dropped: match = %d", got)
 	}
-	if got := s.Match(second, a); got != 2 {
+	if got := s.Match(second, a, time.Time{}); got != 2 {
 		t.Errorf("newest entries: match = %d, want 2", got)
 	}
 }
 
 func TestSpeculativeKeysSeparate(t *testing.T) {
-	s := NewSpeculative(time.Second, 100, 2, nil)
+	s := NewSpeculative(time.Second, 0, 100, 2, nil)
 	base := Prompt{TokenIDs: seq(4)}
 	k := s.Keys("m", base)
 	variants := map[string][]uint64{
@@ -103,10 +103,58 @@ func TestSpeculativeKeysSeparate(t *testing.T) {
 }
 
 func TestSpeculativeDisabled(t *testing.T) {
-	s := NewSpeculative(0, 100, 2, nil)
+	s := NewSpeculative(0, 0, 100, 2, nil)
 	k := s.Keys("m", Prompt{TokenIDs: seq(4)})
 	s.Remember(k, Identity{Pod: "a"})
-	if s.Len() != 0 || s.Match(k, Identity{Pod: "a"}) != 0 {
+	if s.Len() != 0 || s.Match(k, Identity{Pod: "a"}, time.Time{}) != 0 {
 		t.Error("a zero TTL remembers")
+	}
+}
+
+func TestSpeculativeNotRenewedByALaterDecision(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	s := NewSpeculative(2*time.Second, 0, 100, 4, c.now)
+	a := Identity{Pod: "a"}
+	keys := s.Keys("m", Prompt{TokenIDs: seq(8)})
+	s.Remember(keys, a)
+	c.add(1500 * time.Millisecond)
+	s.Remember(keys, a) // a decision the entries themselves won
+	c.add(500 * time.Millisecond)
+	if got := s.Match(keys, a, time.Time{}); got != 0 {
+		t.Errorf("2 s after the first decision: match = %d, want 0 (a later decision renewed the entries)", got)
+	}
+	if got := s.Len(); got != 2 {
+		t.Errorf("len = %d, want 2 (the repeated decision added no entries)", got)
+	}
+}
+
+func TestSpeculativeDroppedOnceTheIndexCaughtUp(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	c := &clock{t: t0}
+	s := NewSpeculative(2*time.Second, 500*time.Millisecond, 100, 4, c.now)
+	a := Identity{Pod: "a"}
+	keys := s.Keys("m", Prompt{TokenIDs: seq(8)})
+	s.Remember(keys, a)
+	c.add(time.Second)
+	for _, tc := range []struct {
+		name     string
+		progress time.Time
+		want     int
+	}{
+		{"progress_not_said", time.Time{}, 2},
+		{"progress_before_the_decision", t0.Add(-time.Second), 2},
+		{"progress_within_the_lag", t0.Add(499 * time.Millisecond), 2},
+		{"progress_caught_up", t0.Add(500 * time.Millisecond), 0},
+		// Dropped: an older answer afterwards does not bring them back.
+		{"dropped_for_good", t0.Add(100 * time.Millisecond), 0},
+	} {
+		if got := s.Match(keys, a, tc.progress); got != tc.want {
+			t.Errorf("%s: match = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+	// A new decision after the drop is remembered afresh.
+	s.Remember(keys, a)
+	if got := s.Match(keys, a, t0.Add(500*time.Millisecond)); got != 2 {
+		t.Errorf("a decision after the drop: match = %d, want 2", got)
 	}
 }

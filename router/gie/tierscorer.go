@@ -6,6 +6,7 @@ import (
 
 	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/plugin"
 	framework "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
+	attrprefix "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/datalayer/attribute/prefix"
 )
 
 // TierScorerType is the plugin type of the tier scorer.
@@ -14,8 +15,14 @@ const TierScorerType = "kvindex-tier-scorer"
 // TierScorer is an Affinity scorer of the producer's TierMatch attribute:
 // an endpoint scores the tier weights of its matched blocks over the
 // prompt's blocks, so a GPU holder of a prefix beats a CPU holder of the
-// same prefix, which beats a disk holder. An endpoint without the
-// attribute (the producer fell back) scores 0.
+// same prefix, which beats a disk holder. It takes prefix-cache-scorer's
+// place in a profile, at that scorer's weight: with every block on GPU it
+// scores what prefix-cache-scorer does, so the balance between affinity
+// and the load scorers stays the one the profile chose, and only the
+// tiers reorder holders. An endpoint without a TierMatch (the producer
+// fell back) scores its PrefixCacheMatchInfo (the approximate producer's
+// guess, which knows no tiers) as prefix-cache-scorer would, and 0
+// without either.
 type TierScorer struct {
 	typedName plugin.TypedName
 	weights   TierWeights
@@ -47,8 +54,11 @@ func (s *TierScorer) TypedName() plugin.TypedName { return s.typedName }
 // Category is Affinity.
 func (s *TierScorer) Category() framework.ScorerCategory { return framework.Affinity }
 
-// Consumes names the TierMatch attribute.
-func (s *TierScorer) Consumes() map[string]any { return map[string]any{TierMatchKey: TierMatch{}} }
+// Consumes names the TierMatch attribute and the prefix match attribute
+// (read when TierMatch is absent).
+func (s *TierScorer) Consumes() map[string]any {
+	return map[string]any{TierMatchKey: TierMatch{}, attrprefix.PrefixCacheMatchInfoKey: attrprefix.PrefixCacheMatchInfo{}}
+}
 
 // Weights returns the scorer's tier weights.
 func (s *TierScorer) Weights() TierWeights { return s.weights }
@@ -58,12 +68,16 @@ func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framew
 	out := make(map[framework.Endpoint]float64, len(endpoints))
 	for _, ep := range endpoints {
 		out[ep] = 0
-		v, ok := ep.Get(TierMatchKey)
-		if !ok {
-			continue
+		if v, ok := ep.Get(TierMatchKey); ok {
+			if tm, ok := v.(*TierMatch); ok {
+				out[ep] = tm.Score(s.weights)
+				continue
+			}
 		}
-		if tm, ok := v.(*TierMatch); ok {
-			out[ep] = tm.Score(s.weights)
+		if v, ok := ep.Get(attrprefix.PrefixCacheMatchInfoKey); ok {
+			if pi, ok := v.(*attrprefix.PrefixCacheMatchInfo); ok && pi.TotalBlocks() > 0 {
+				out[ep] = min(max(float64(pi.MatchBlocks())/float64(pi.TotalBlocks()), 0), 1)
+			}
 		}
 	}
 	return out

@@ -166,8 +166,14 @@ func eppConfig(t testing.TB, target, tokenizerURL string, extra []string, tierSc
 	}
 	s = strings.Replace(s, "      fallback: approximate\n", "      fallback: approximate\n"+params, 1)
 	if tierScorer {
+		// The tier scorer takes the prefix scorer's place, at its weight
+		// (docs/router.md).
+		const prefixRef = "      - pluginRef: prefix-cache-scorer\n"
+		if !strings.Contains(s, prefixRef) {
+			t.Fatalf("the example config's profile no longer references prefix-cache-scorer; update this test")
+		}
 		s = strings.Replace(s, "schedulingProfiles:", "  - type: kvindex-tier-scorer\nschedulingProfiles:", 1)
-		s += "      - pluginRef: kvindex-tier-scorer\n        weight: 1\n"
+		s = strings.Replace(s, prefixRef, "      - pluginRef: kvindex-tier-scorer\n", 1)
 	}
 	return []byte(s)
 }

@@ -89,12 +89,21 @@ func (r *Result) oracleOf(f float64) (RunResult, bool) {
 // gap to the oracle in points (held to at most 1 for kvindex with several
 // restarting routers: the goal), ghost routes, the TTFT estimate
 // and the load spread; then the event lag, the schedule's lateness and
-// the kvindex producers' fallbacks.
+// the kvindex producers' fallbacks. Every figure carries a valid label:
+// a run's figures that run's RunResult.Valid, the run-wide ones whether
+// every run was valid (an invalid figure measures the machine falling
+// behind, not the router).
 func (r *Result) Figures() []bench.Figure {
 	var out []bench.Figure
-	sp := map[string]string{"speedup": fmtFloat(r.Config.Speedup)}
+	allValid := len(r.Runs) > 0
+	for _, x := range r.Runs {
+		allValid = allValid && x.Valid(r.Config.Speedup)
+	}
+	// The run-wide figures are valid when every run is.
+	sp := map[string]string{"speedup": fmtFloat(r.Config.Speedup), "valid": strconv.FormatBool(allValid)}
 	for _, x := range r.Runs {
 		l := r.Config.labels(x.Spec)
+		l["valid"] = strconv.FormatBool(x.Valid(r.Config.Speedup))
 		// The speedup label is the schedule asked for; this one is what
 		// the run kept (lower when the simulator fell behind).
 		l["effective_speedup"] = strconv.FormatFloat(x.EffectiveSpeedup(), 'f', 1, 64)

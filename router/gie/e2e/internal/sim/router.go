@@ -125,6 +125,10 @@ func registerPlugins() {
 // The kvindex example config's target line, replaced by the stack's.
 const exampleTarget = "target: dns:///kvindex-indexd.kvindex.svc.cluster.local:50051"
 
+// prefixRef is the profile line of the prefix scorer in the example
+// configs.
+const prefixRef = "      - pluginRef: prefix-cache-scorer\n"
+
 // randomConfig is the random baseline: GIE's random picker, no scorer.
 const randomConfig = `apiVersion: inference.networking.x-k8s.io/v1alpha1
 kind: EndpointPickerConfig
@@ -166,8 +170,16 @@ func Configs(dir, target, tokenizerURL string, maxTokens int) (map[string][]byte
 		"      blockSize: "+strconv.Itoa(BlockTokens)+"\n"+
 		"      maxPromptTokens: "+strconv.Itoa(maxTokens)+"\n"+
 		"      tokenizer:\n        url: "+tokenizerURL+"\n", 1)
-	tier := strings.Replace(kv, "schedulingProfiles:", "  - type: kvindex-tier-scorer\nschedulingProfiles:", 1) +
-		"      - pluginRef: kvindex-tier-scorer\n        weight: 1\n"
+	// kvindex-tier: the tier scorer takes the prefix scorer's place in
+	// the profile, at its weight, so affinity weighs against load as in
+	// kvindex and only the tiers reorder holders (added on top, it raised
+	// affinity's share of the score against the load scorers, and counted
+	// every matched block twice: docs/router.md).
+	if !strings.Contains(kv, prefixRef) {
+		return nil, fmt.Errorf("%s: epp-config-kvindex.yaml no longer references prefix-cache-scorer in its profile", dir)
+	}
+	tier := strings.Replace(kv, "schedulingProfiles:", "  - type: kvindex-tier-scorer\nschedulingProfiles:", 1)
+	tier = strings.Replace(tier, prefixRef, "      - pluginRef: kvindex-tier-scorer\n", 1)
 	out := map[string][]byte{}
 	for s, raw := range map[string]string{StrategyRandom: randomConfig, StrategyApprox: approx, StrategyKVIndex: kv, StrategyKVIndexTier: tier} {
 		if !strings.Contains(raw, "\nschedulingProfiles:") {

@@ -76,6 +76,45 @@ func (r RunResult) EffectiveSpeedup() float64 {
 	return float64(r.Span) / float64(r.Issued)
 }
 
+// Validity bounds (issue 24): a run's figures hold only if its requests
+// went out on schedule and it kept the speedup asked for.
+const (
+	// MaxLateFraction bounds a valid run's p99 lateness, as a fraction of
+	// its trace span.
+	MaxLateFraction = 0.01
+	// MaxSpeedupShortfall bounds how far below the requested speedup a
+	// valid run's effective speedup may be, as a fraction of it.
+	MaxSpeedupShortfall = 0.10
+)
+
+// LateP99 is the p99 of every request's lateness, on-time requests
+// counting 0 (Late holds only the late ones).
+func (r RunResult) LateP99() time.Duration {
+	n := max(r.Requests, len(r.Late))
+	if n == 0 || len(r.Late) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.Late)
+	slices.Sort(s)
+	rank := min(n-1, int(0.99*float64(n))) // among n values, the first n-len(Late) being 0
+	if i := rank - (n - len(s)); i >= 0 {
+		return s[i]
+	}
+	return 0
+}
+
+// Valid reports whether the run's figures hold at requested speedup
+// speedup: its p99 lateness is at most MaxLateFraction of its trace span,
+// and its effective speedup within MaxSpeedupShortfall of speedup. A run
+// without requests is not valid.
+func (r RunResult) Valid(speedup float64) bool {
+	if r.Requests == 0 || r.Span <= 0 {
+		return false
+	}
+	return float64(r.LateP99()) <= MaxLateFraction*float64(r.Span) &&
+		math.Abs(r.EffectiveSpeedup()-speedup) <= MaxSpeedupShortfall*speedup
+}
+
 // HitRate returns the token-weighted hit rate in percent: GPU hit tokens
 // count 1, CPU-tier hit tokens CPUHitWeight.
 func (r RunResult) HitRate() float64 {

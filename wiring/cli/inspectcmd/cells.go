@@ -70,7 +70,7 @@ func (o *options) runCellEndpoints(cmd *cobra.Command) error {
 	if err := o.check(cmd); err != nil {
 		return err
 	}
-	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file", "list-concurrency"} {
+	for _, f := range []string{"etcd-endpoints", "etcd-prefix", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-username", "etcd-password-file", "etcd-dial-timeout", "list-concurrency"} {
 		if cmd.Flags().Changed(f) {
 			return usagef("--%s is for one cell's etcd; --cell-map reads each cell through its indexd (give the --tls-* flags for indexd)", f)
 		}

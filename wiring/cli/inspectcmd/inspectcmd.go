@@ -2,7 +2,9 @@
 // keyspace read from etcd directly, with indexd's etcd flags, for
 // operators (README, "Inspecting the index"). Its subcommands list the
 // endpoints, one pod's blocks per tier, the chunks' fill and the counts
-// per model, as text or, with -o json, one JSON object each.
+// per model, as text or, with -o json, one JSON object each. With a cell
+// map (--cell-map) the endpoint listing goes through every cell's indexd
+// instead (cells.go); the chunk-level views stay per cell.
 package inspectcmd
 
 import (
@@ -41,6 +43,8 @@ type options struct {
 	timeout     time.Duration
 	model, pod  string
 	chunkSize   int
+	cellMap     string           // --cell-map: endpoints of every cell, through each cell's indexd
+	tls         common.ClientTLS // indexd's TLS, with --cell-map
 }
 
 // NewCommand returns `kvindex inspect` and its subcommands.
@@ -66,7 +70,14 @@ endpoint's own chunks/ range, --list-concurrency at once, in pages of
 Keys and values that do not parse are listed as problems (and in JSON
 under "problems"), never a failure. In text, names that are not
 printable (control characters, invalid UTF-8, or starting with a double
-quote) are shown Go-quoted; -o json prints them as they are.`,
+quote) are shown Go-quoted; -o json prints them as they are.
+
+Cells (docs/DESIGN.md "Cells"): a cell map names each cell's indexd, not
+its etcd, so with --cell-map FILE "endpoints" pages through every cell's
+indexd ListEndpoints (--model: the cells routers read that model from)
+and says each endpoint's cell; the --tls-* flags are indexd's. blocks,
+chunks and models read chunk keys, which only a cell's etcd has: run them
+per cell with that cell's --etcd-endpoints.`,
 		Args: cobra.NoArgs,
 	}
 	fs := cmd.PersistentFlags()
@@ -76,6 +87,8 @@ quote) are shown Go-quoted; -o json prints them as they are.`,
 	fs.IntVar(&o.pageSize, "page-size", defaultPageSize, "most keys per etcd range read")
 	fs.IntVar(&o.concurrency, "list-concurrency", defaultConcurrency, "endpoint chunk ranges read from etcd at once")
 	fs.DurationVar(&o.timeout, "timeout", defaultTimeout, "deadline of the whole command")
+	fs.StringVar(&o.cellMap, "cell-map", "", "cell map file (docs/DESIGN.md \"Cells\"): endpoints lists every cell's endpoints through each cell's indexd, naming each one's cell, instead of reading one etcd (endpoints only)")
+	o.tls.Register(fs)
 	for _, sub := range []*cobra.Command{o.endpointsCmd(), o.blocksCmd(), o.chunksCmd(), o.modelsCmd()} {
 		cmd.AddCommand(sub)
 	}
@@ -88,9 +101,8 @@ func (o *options) scope(cmd *cobra.Command, what string) {
 	cmd.Flags().StringVar(&o.pod, "pod", "", what+" of this pod only (with --model)")
 }
 
-// run checks the shared flags, connects, and calls fn with a scanner at
-// one revision.
-func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanner) error) error {
+// check validates the flags every subcommand shares.
+func (o *options) check(cmd *cobra.Command) error {
 	if o.output != "text" && o.output != "json" {
 		return usagef("-o %q: want text or json", o.output)
 	}
@@ -106,6 +118,18 @@ func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanne
 				return usagef("--%s: %v", f.what, err)
 			}
 		}
+	}
+	return nil
+}
+
+// run checks the shared flags, connects to etcd, and calls fn with a
+// scanner at one revision.
+func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanner) error) error {
+	if o.cellMap != "" {
+		return usagef("%s", errCellsEtcdOnly)
+	}
+	if err := o.check(cmd); err != nil {
+		return err
 	}
 	ks, err := o.etcd.Keyspace()
 	if err != nil {
@@ -162,9 +186,27 @@ With -o json it prints one object:
     "hash_mode": "token" | "engine", "block_size": N, "topic": T,
     "partition": N, "last_record": RFC3339, "lease": HEX,
     "tier_leases": {"gpu": [{"id": HEX, "keys": N}]},
-    "chunk_next": {"gpu": N}}], "problems": [{"key": K, "error": E}]}`,
+    "chunk_next": {"gpu": N}}], "problems": [{"key": K, "error": E}]}
+
+With --cell-map FILE it reads no etcd: it pages (--page-size endpoints a
+page) through the ListEndpoints of each cell's indexd, in map order, every
+cell or --model's read cells (the pod filter is applied to the pages).
+Each endpoint carries its cell and its blocks per tier; leases, chunk_next
+and key problems are etcd's and are not shown (run endpoints per cell with
+--etcd-endpoints for them). A cell that does not answer fails the command,
+naming it. With -o json it prints one object:
+  {"cells": [{"cell": C, "indexd": TARGET, "topic": T, "endpoints": N,
+    "revision": N, "max_revision": N, "pages": N}],
+   "endpoints": [{"cell": C, "model": M, "pod": P, "rank": N,
+    "hash_mode": "token" | "engine" | "unspecified", "block_size": N,
+    "partition": N, "last_record": RFC3339 or null,
+    "blocks": {"gpu": N, "cpu": N, "disk": N}}]}
+A cell's revisions are its own etcd's; two cells' do not compare.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.cellMap != "" {
+				return o.runCellEndpoints(cmd)
+			}
 			return o.run(cmd, func(ctx context.Context, s *scanner) error {
 				eps, probs, err := s.endpoints(ctx, o.endpointsPrefix(s.ks))
 				if err != nil {

@@ -18,7 +18,7 @@ import (
 // ChunkSize but each endpoint's last, sequence numbers from 0 in
 // insertion order, entries of the mode's width; the v1 reader's list reads
 // every v1 key; the reference Gets return every key. The v2 indexd's time
-// to ready needs an indexd that reads chunks (issue 23 item 3) and is not
+// to ready needs an indexd that reads chunks and is not
 // run here.
 func TestColdStartLayouts(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

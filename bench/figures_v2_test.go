@@ -83,7 +83,7 @@ func TestFleetFigures(t *testing.T) {
 }
 
 // TestFleetFreshnessGoal checks when the freshness p99 is held to 50 ms:
-// at DESIGN's half of the ceiling, or at issue 23's fixed rate of 50,000
+// at DESIGN's half of the ceiling, or at the fixed rate of 50,000
 // block-ops/s or more; not at other paces.
 func TestFleetFreshnessGoal(t *testing.T) {
 	for _, tc := range []struct {

@@ -12,7 +12,7 @@ import (
 // and the engine have gone: the engine is gone, so Run tries a goodbye,
 // which cannot be delivered. Run must still return, having spent at most
 // its two flushes (FlushTimeout each), the grace period and the probes,
-// and count the goodbye as lost (issue 25: a bridge ran 92 s past a 5 s
+// and count the goodbye as lost (a bridge ran 92 s past a 5 s
 // flush timeout).
 func TestGoodbyeBoundedWithKafkaAndEngineDown(t *testing.T) {
 	e := newEnv(t, nil)

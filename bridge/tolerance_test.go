@@ -10,7 +10,7 @@ import (
 // TestStreamStartsAtZeroOrOne: an engine whose replay buffer is empty at
 // the bridge's start may number its batches from 0 (vLLM) or from 1
 // (llm-d-inference-sim); either first batch starts the stream, with no
-// resync (issue 25: a stream from 1 cost a replay_overrun resync), and a
+// resync (a stream from 1 cost a replay_overrun resync), and a
 // gap right after the start is still healed. The engine from 1 answers
 // replays with the topic frame, as the sim does.
 func TestStreamStartsAtZeroOrOne(t *testing.T) {

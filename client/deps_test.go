@@ -8,7 +8,7 @@ import (
 
 // forbiddenModules are the module path prefixes a router importing the
 // client must never get in its module graph (DESIGN "Components": the
-// client is gRPC, protobuf, CBOR and the generated API; issue 12: no etcd,
+// client is gRPC, protobuf, CBOR and the generated API; no etcd,
 // Kafka, Kubernetes, kustomize or Prometheus). The main module itself is
 // forbidden too: only its proto module may be required.
 var forbiddenModules = []string{

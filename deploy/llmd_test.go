@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 )
 
-// TestLLMDExample checks the central bridge of examples/llm-d (issue 25):
+// TestLLMDExample checks the central bridge of examples/llm-d:
 // it binds the port its Service forwards, the fleet's KV-event endpoint
 // names that Service and port, its replay pattern names the port the
 // fleet's replay endpoint binds, it reads llm-d's topic convention, it runs

@@ -29,7 +29,7 @@ import (
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
-// The dashboards deploy/observability must hold (issue 27).
+// The dashboards deploy/observability must hold.
 var requiredDashboards = []string{"overview.json", "write-path.json", "router.json", "bridge.json"}
 
 // targetLabels are the labels Prometheus attaches to every scraped series

@@ -15,7 +15,7 @@ import (
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 )
 
-// TestBindBridgeThroughPipeline runs one bind-mode bridge (issue 25) for
+// TestBindBridgeThroughPipeline runs one bind-mode bridge for
 // three pods that connect to it as llm-d's pods do: each a simulated
 // engine whose PUB socket dials the bridge with llm-d's topic
 // kv@<pod>@<model>, numbers batches from 1 as llm-d-inference-sim does,

@@ -58,7 +58,7 @@ func TestTokenModeParentZero(t *testing.T) {
 // batches (roots with parent 0, 9-field events, evictions, a clear;
 // testdata/llmd-sim) to a token-mode ingester: after each batch the
 // endpoint holds exactly the blocks the expected index lists, valued with
-// their engine hashes, and none is skipped as unknown_parent (issue 25:
+// their engine hashes, and none is skipped as unknown_parent (before the fix
 // 169 stores were, and the index stayed empty).
 func TestTokenModeRecordedSim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))

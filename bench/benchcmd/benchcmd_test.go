@@ -57,7 +57,7 @@ func TestQuickSmoke(t *testing.T) {
 		"coldstart": {"coldstart_ready_seconds", "coldstart_ready_vs_v1_list_seconds", "coldstart_v1_list_seconds", "coldstart_get_seconds_vs_v1",
 			"coldstart_get_bytes_vs_v1", "coldstart_heap_bytes_per_entry"},
 	}
-	// The figures issue 23 asks `fleet -o json` for, each with a goal (and
+	// The figures the goals ask `fleet -o json` for, each with a goal (and
 	// so a met), and the labels it names.
 	withGoal := map[string][]string{
 		"fleet_freshness_p99":              {"fsync", "rate"},
@@ -72,7 +72,7 @@ func TestQuickSmoke(t *testing.T) {
 			began := time.Now()
 			out, err := runErr(ctx, sub, "--quick", "-o", "json")
 			if sub == "coldstart" && errors.Is(err, bench.ErrReaderNotV2) {
-				// Until indexd reads chunks (issue 23 item 3), the v2 cold
+				// Until indexd reads chunks, the v2 cold
 				// start has no reader to time.
 				t.Skipf("coldstart: %v", err)
 			}

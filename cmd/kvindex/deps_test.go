@@ -25,7 +25,7 @@ func goList(t *testing.T, args ...string) []string {
 // TestBinaryLinksNoTesting fails for each package linked into the kvindex
 // binary that imports testing or one of its subpackages: test helpers,
 // simulators that need testing.TB and the like belong in packages only
-// tests import (issue 12). It lists the importing packages so the fix is
+// tests import. It lists the importing packages so the fix is
 // plain.
 func TestBinaryLinksNoTesting(t *testing.T) {
 	if testing.Short() {
@@ -52,7 +52,7 @@ func TestBinaryLinksNoTesting(t *testing.T) {
 
 // TestModuleGraphHasNoKubernetes checks `go list -m all` of the main
 // module: kustomize and the Kubernetes API modules belong to the deploy
-// module alone (issue 12), so that a module requiring this one does not
+// module alone, so that a module requiring this one does not
 // inherit their versions. k8s.io/utils and sigs.k8s.io/yaml stay: etcd's
 // server requires them.
 func TestModuleGraphHasNoKubernetes(t *testing.T) {

@@ -118,7 +118,7 @@ func traceChunks(tb testing.TB, n int, tokenMode bool) (ops []indextest.ChunkOp,
 }
 
 // BenchmarkChunkMemory measures heap bytes per (block, endpoint, tier)
-// (DESIGN goal 48; issue 23's goal for the reader with its chunk state
+// (DESIGN goal 48; the goal for the reader with its chunk state
 // included: 24) on the trace entries of `kvindex-bench lookup` (16
 // endpoints, GPU), three ways in one run: "put" builds the index entry by
 // entry with Index.Put (no chunk state: the layout v1's block keys built,

@@ -76,7 +76,7 @@ func (r RunResult) EffectiveSpeedup() float64 {
 	return float64(r.Span) / float64(r.Issued)
 }
 
-// Validity bounds (issue 24): a run's figures hold only if its requests
+// Validity bounds: a run's figures hold only if its requests
 // went out on schedule and it kept the speedup asked for.
 const (
 	// MaxLateFraction bounds a valid run's p99 lateness, as a fraction of

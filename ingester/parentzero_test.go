@@ -58,8 +58,9 @@ func TestTokenModeParentZero(t *testing.T) {
 // batches (roots with parent 0, 9-field events, evictions, a clear;
 // testdata/llmd-sim) to a token-mode ingester: after each batch the
 // endpoint holds exactly the blocks the expected index lists, valued with
-// their engine hashes, and none is skipped as unknown_parent (before the fix
-// 169 stores were, and the index stayed empty).
+// their engine hashes, and none is skipped as unknown_parent (169 stores
+// were while parent 0 was taken for a real parent, and the index stayed
+// empty).
 func TestTokenModeRecordedSim(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()

@@ -29,7 +29,11 @@ import (
 // matchers' values must be among the scraped series' values.
 func TestObservabilityMetricsExist(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(NewMetrics())
+	m := NewMetrics()
+	// The per-model counters have a series once a model is counted.
+	m.mismatch.WithLabelValues("llama")
+	m.unknown.WithLabelValues("llama")
+	reg.MustRegister(m)
 	srv := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL)

@@ -111,6 +111,9 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 			if err := w.fill(ctx, in, drain); err != nil {
 				return err
 			}
+			if ctx.Err() != nil {
+				return nil // abandoned, as above: a successor replays it
+			}
 			if err := w.commit(ctx); err != nil {
 				return err
 			}

@@ -15,7 +15,6 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
-	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -71,11 +70,6 @@ func TestQuickSmoke(t *testing.T) {
 			defer cancel()
 			began := time.Now()
 			out, err := runErr(ctx, sub, "--quick", "-o", "json")
-			if sub == "coldstart" && errors.Is(err, bench.ErrReaderNotV2) {
-				// Until indexd reads chunks, the v2 cold
-				// start has no reader to time.
-				t.Skipf("coldstart: %v", err)
-			}
 			if err != nil {
 				t.Fatalf("bench %s: %v", sub, err)
 			}

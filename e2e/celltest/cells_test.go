@@ -53,6 +53,20 @@ func startEtcd(t testing.TB, ctx context.Context, dir, addr string) *etcdembed.S
 	return srv
 }
 
+// startCells starts one kfake broker holding the topics cell-a, cell-b,
+// cell-c and reference (4 partitions each) and a cell on each: a, b, c
+// and the single-cell reference, ref.
+func startCells(t testing.TB, ctx context.Context) (*testutil.Kafka, map[string]*cell) {
+	t.Helper()
+	topics := []string{"cell-a", "cell-b", "cell-c", "reference"}
+	k := testutil.StartKafka(t, topics[0], 4, kfake.SeedTopics(4, topics[1:]...))
+	cells := map[string]*cell{}
+	for i, name := range []string{"a", "b", "c", "ref"} {
+		cells[name] = startCell(t, ctx, name, topics[i], k.Brokers)
+	}
+	return k, cells
+}
+
 func startCell(t testing.TB, ctx context.Context, name, topic string, brokers []string) *cell {
 	t.Helper()
 	c := &cell{name: name, topic: topic, dir: filepath.Join(t.TempDir(), "etcd")}
@@ -171,12 +185,7 @@ func TestCellsMatchTheReference(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
-	topics := []string{"cell-a", "cell-b", "cell-c", "reference"}
-	k := testutil.StartKafka(t, topics[0], 4, kfake.SeedTopics(4, topics[1:]...))
-	cells := map[string]*cell{}
-	for i, name := range []string{"a", "b", "c", "ref"} {
-		cells[name] = startCell(t, ctx, name, topics[i], k.Brokers)
-	}
+	k, cells := startCells(t, ctx)
 	ref := cells["ref"]
 	path := filepath.Join(t.TempDir(), "cells.json")
 	if err := os.WriteFile(path, []byte(mapDoc(cells, `"cells": ["c"]`)), 0o644); err != nil {

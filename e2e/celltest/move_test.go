@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/client/cellmap"
@@ -73,12 +72,7 @@ func TestMoveAModelUnderTraffic(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(2*time.Minute))
 	defer cancel()
-	topics := []string{"cell-a", "cell-b", "cell-c", "reference"}
-	k := testutil.StartKafka(t, topics[0], 4, kfake.SeedTopics(4, topics[1:]...))
-	cells := map[string]*cell{}
-	for i, name := range []string{"a", "b", "c", "ref"} {
-		cells[name] = startCell(t, ctx, name, topics[i], k.Brokers)
-	}
+	k, cells := startCells(t, ctx)
 	ref := cells["ref"]
 	byTopic := map[string]*cell{"cell-a": cells["a"], "cell-b": cells["b"], "cell-c": cells["c"], "reference": ref}
 	path := filepath.Join(t.TempDir(), "cells.json")

@@ -74,6 +74,13 @@ type worker struct {
 // endpoints new to etcd) plus the offset, so two ops each and one more.
 func (w *worker) maxDirty() int { return (w.cfg.MaxTxnOps - 1) / 2 }
 
+// windowFull reports whether the open window must be written now: it holds
+// WindowRecords records, WindowOps block operations, or as many endpoints
+// as its last transaction can write records for (maxDirty).
+func (w *worker) windowFull() bool {
+	return w.win.records >= w.cfg.WindowRecords || w.win.blockOps >= w.cfg.WindowOps || len(w.win.dirty) >= w.maxDirty()
+}
+
 // run applies inputs until ctx ends (abandoning the open window: a
 // successor replays it) or drain is closed (writing what was queued).
 func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
@@ -127,8 +134,7 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 // sees it). Ticks wait for the commit: liveness is judged on the
 // partition clock, which only records move.
 func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
-	full := func() bool { return w.win.records >= w.cfg.WindowRecords || w.win.blockOps >= w.cfg.WindowOps }
-	for !full() {
+	for !w.windowFull() {
 		select {
 		case x := <-in:
 			if err := w.handle(ctx, x); err != nil {
@@ -139,12 +145,12 @@ func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{
 		}
 		break
 	}
-	if w.cfg.WindowLinger <= 0 || w.win.records == 0 || full() {
+	if w.cfg.WindowLinger <= 0 || w.win.records == 0 || w.windowFull() {
 		return nil
 	}
 	linger := time.NewTimer(w.cfg.WindowLinger)
 	defer linger.Stop()
-	for !full() && w.win.records > 0 {
+	for !w.windowFull() && w.win.records > 0 {
 		select {
 		case x := <-in:
 			if err := w.handle(ctx, x); err != nil {
@@ -186,7 +192,7 @@ func (w *worker) handle(ctx context.Context, x input) error {
 		w.ap.record(r, r.Offset+1 < x.hwm)
 		w.next = r.Offset + 1
 		w.win.records++
-		if w.win.records >= w.cfg.WindowRecords || w.win.blockOps >= w.cfg.WindowOps || len(w.win.dirty) >= w.maxDirty() {
+		if w.windowFull() {
 			if err := w.commit(ctx); err != nil {
 				return err
 			}

@@ -40,6 +40,10 @@ type Setup struct {
 	// NoFsync runs every etcd with fsync off (embed's UnsafeNoFsync),
 	// which no deployment does: for comparison with earlier figures only.
 	NoFsync bool
+	// ChunkSize is the ingesters' --chunk-size, the most blocks of a chunk
+	// key (their merge threshold follows it: a quarter); zero means the
+	// ingester's default (keyspace.DefaultChunkSize).
+	ChunkSize int
 }
 
 // hashMode is s.HashMode with its default filled in.
@@ -54,7 +58,18 @@ func (s Setup) check() error {
 	if _, err := keyspace.ParseHashMode(string(s.hashMode())); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
+	if s.ChunkSize < 0 || s.ChunkSize > keyspace.MaxChunkEntries {
+		return fmt.Errorf("bench: chunk size %d: want between 1 and %d, or 0 for the default", s.ChunkSize, keyspace.MaxChunkEntries)
+	}
 	return nil
+}
+
+// chunkSize is s.ChunkSize with its default filled in.
+func (s Setup) chunkSize() int {
+	if s.ChunkSize == 0 {
+		return ingester.DefaultConfig().ChunkSize
+	}
+	return s.ChunkSize
 }
 
 // etcd is the etcd options of s.
@@ -64,6 +79,7 @@ func (s Setup) etcd() etcdOptions { return etcdOptions{noFsync: s.NoFsync} }
 func (s Setup) labels(m map[string]string) map[string]string {
 	m["hash_mode"] = string(s.hashMode())
 	m["fsync"] = fsyncLabel(!s.NoFsync)
+	m["chunk_size"] = fmt.Sprint(s.chunkSize())
 	return m
 }
 
@@ -249,9 +265,12 @@ type ingesterOptions struct {
 	maxTxnOps  int
 	windowOps  int
 	// linger is the ingester's WindowLinger.
-	linger    time.Duration
-	inFlight  int
-	hashMode  keyspace.HashMode
+	linger   time.Duration
+	inFlight int
+	hashMode keyspace.HashMode
+	// chunkSize is the ingester's ChunkSize (0: its default); the merge
+	// threshold follows it.
+	chunkSize int
 	beforeTxn func(context.Context, ingester.TxnInfo) error
 	log       *slog.Logger
 }
@@ -275,6 +294,10 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 		cfg.MaxTxnOps = o.maxTxnOps
 	}
 	cfg.WindowLinger = o.linger
+	if o.chunkSize > 0 {
+		cfg.ChunkSize = o.chunkSize
+		cfg.ChunkMergeBelow = 0 // a quarter of it
+	}
 	if o.windowOps > 0 {
 		cfg.WindowOps = o.windowOps
 	}

@@ -332,13 +332,15 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 
 // setupFlags are the flags of bench.Setup: how etcd and the ingesters run.
 type setupFlags struct {
-	hashMode string
-	fsync    bool
+	hashMode  string
+	fsync     bool
+	chunkSize int
 }
 
 func (f *setupFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hashMode, "hash-mode", string(ingester.DefaultConfig().HashMode),
 		"the ingesters' --hash-mode: token (blocks keyed from their token ids; the freshness probes look up token keys) or engine")
+	fs.IntVar(&f.chunkSize, "chunk-size", ingester.DefaultConfig().ChunkSize, "the ingesters' --chunk-size: the most blocks of one chunk key (their --chunk-merge-below follows it, a quarter)")
 	fs.BoolVar(&f.fsync, "fsync", true, "run etcd with fsync on, as every deployment does; --fsync=false only to compare with figures measured without it")
 }
 
@@ -347,7 +349,10 @@ func (f *setupFlags) setup() (bench.Setup, error) {
 	if err != nil {
 		return bench.Setup{}, usagef("--hash-mode: %v", err)
 	}
-	return bench.Setup{HashMode: m, NoFsync: !f.fsync}, nil
+	if f.chunkSize < 1 || f.chunkSize > keyspace.MaxChunkEntries {
+		return bench.Setup{}, usagef("--chunk-size %d: want between 1 and %d", f.chunkSize, keyspace.MaxChunkEntries)
+	}
+	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize}, nil
 }
 
 // registerStream adds the fleet simulation's flags.

@@ -103,8 +103,8 @@ func TestQuickSmoke(t *testing.T) {
 				// The write-path figures say how etcd and the ingesters
 				// ran: by default as production runs them.
 				if sub == "fleet" || sub == "ingest" {
-					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" {
-						t.Errorf("figure %s: labels %v, want fsync on and hash_mode token", *f.Figure, f.Labels)
+					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" || f.Labels["chunk_size"] != "64" {
+						t.Errorf("figure %s: labels %v, want fsync on, hash_mode token and chunk_size 64", *f.Figure, f.Labels)
 					}
 				}
 				if labels, ok := withGoal[*f.Figure]; ok && sub == "fleet" {
@@ -153,6 +153,8 @@ func TestUsageErrors(t *testing.T) {
 		{name: "two_coldstart_sizes", args: []string{"coldstart", "--entries", "1M,2M"}},
 		{name: "coldstart_hash_mode", args: []string{"coldstart", "--hash-mode", "tokens"}},
 		{name: "duration_without_rate", args: []string{"fleet", "--duration", "10s"}},
+		{name: "zero_chunk_size", args: []string{"fleet", "--chunk-size", "0"}},
+		{name: "chunk_size_past_the_value_limit", args: []string{"ingest", "--chunk-size", "100000"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()

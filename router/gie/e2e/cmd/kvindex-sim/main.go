@@ -25,6 +25,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/go-logr/logr"
 	crlog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -66,7 +67,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cpuRatio := fs.Float64("cpu-ratio", -1, "CPU tier size in GPU caches, 0 for none (default 1)")
 	maxRequests := fs.Int("max-requests", -1, "keep the trace's first N requests, 0 for all (default all, quick 1500)")
 	parallel := fs.Int("parallel", 0, "runs at once (default 4, quick 5)")
-	seed := fs.Uint64("seed", 0, "seed of the engine hashes and tie breaks (default 17)")
+	seed := fs.Uint64("seed", 0, "seed of the engine hashes, tie breaks and arrival jitter (default 17)")
+	orders := fs.Int("orders", 0, "arrival orders per cell: order 0 is the trace's own, the others jitter it (default 3, quick 1); tables report mean [min, max] over them")
+	jitter := fs.Duration("jitter", 0, "a jittered order moves each request by a seeded uniform jitter of at most this, either way, in trace time, never before the previous request sharing its first two hash ids (default 1.5s)")
+	allowInvalid := fs.Bool("allow-invalid", false, "exit 0 even when a run is not valid (a non-quick run that fell behind its schedule otherwise fails, after writing its figures and report)")
 	loadWindow := fs.Int("load-window", -1, "load cap window in requests, 0 for no cap (default 200)")
 	loadSlack := fs.Float64("load-slack", 0, "load cap: a pod may take this times its share of the window (default 1.5)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -74,7 +78,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "usage: kvindex-sim [--quick] [-o text|json] [--report DIR] [flags]\n\n"+
 			"Replays a Mooncake trace through GIE endpoint pickers and an oracle in front of\n"+
 			"simulated vLLM pods whose KV events go through the whole kvindex pipeline in\n"+
-			"process, and reports each strategy's token-weighted hit rate by cache size.\n\nflags:\n")
+			"process, and reports each strategy's token-weighted hit rate by cache size, with\n"+
+			"the trace's reuse ceiling (one pod, infinite cache), ghost routes, TTFT and\n"+
+			"event lag for every cell, as mean [min, max] over the arrival orders.\n\n"+
+			"A run is valid when its p99 lateness is at most 1%% of its trace span and its\n"+
+			"effective speedup within 10%% of --speedup; every figure says so (label valid).\n"+
+			"A run that is not --quick and not valid exits 1 after writing its figures and\n"+
+			"report, unless --allow-invalid.\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -155,6 +165,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *seed != 0 {
 		c.Seed = *seed
 	}
+	if *orders != 0 {
+		c.Orders = *orders
+	}
+	if *jitter != 0 {
+		c.Jitter = *jitter
+	}
 	if err := c.Validate(); err != nil {
 		return err
 	}
@@ -198,10 +214,35 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		rep.Notef("report: %s", filepath.Join(*report, "report.md"))
 	}
+	write := rep.WriteText
 	if *output == "json" {
-		return rep.WriteJSON(stdout)
+		write = rep.WriteJSON
 	}
-	return rep.WriteText(stdout)
+	if err := write(stdout); err != nil {
+		return err
+	}
+	return validity(res, *allowInvalid)
+}
+
+// validity fails a run that is not valid, unless it is a quick run (a
+// smoke run on a shared machine: its figures say valid or not, and that
+// is all) or allowInvalid: such a run measured the machine falling
+// behind, not the routers. The error names the first invalid runs.
+func validity(res *sim.Result, allowInvalid bool) error {
+	if res.Config.Quick || allowInvalid || res.Valid() {
+		return nil
+	}
+	bad := res.Invalid()
+	var b strings.Builder
+	fmt.Fprintf(&b, "not valid: %d of %d runs fell behind their schedule (p99 lateness above %v%% of the trace span or effective speedup more than %v%% off %v); their figures measure the machine, not the routers", len(bad), len(res.Runs), 100*sim.MaxLateFraction, 100*sim.MaxSpeedupShortfall, res.Config.Speedup)
+	for i, x := range bad {
+		if i == 3 {
+			fmt.Fprintf(&b, "; ...")
+			break
+		}
+		fmt.Fprintf(&b, "; %s at fraction %v order %d: late p99 %v, speedup kept %.1f", x.Spec.Strategy, x.Spec.Fraction, x.Spec.Order, x.LateP99().Round(time.Millisecond), x.EffectiveSpeedup())
+	}
+	return errors.New(b.String())
 }
 
 func parseList[T any](s string, parse func(string) (T, error)) ([]T, error) {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/router/gie/e2e/internal/sim"
 )
@@ -93,6 +94,9 @@ func TestQuickSmoke(t *testing.T) {
 			t.Errorf("line %d has no speedup label: %s", i+1, l)
 		}
 		seen[f.Figure]++
+		if v := f.Labels["valid"]; v != "true" && v != "false" {
+			t.Errorf("line %d: valid label %q, want true or false: %s", i+1, v, l)
+		}
 		if f.Figure == sim.FigHitRate {
 			for _, k := range []string{"strategy", "routers", "restarts", "cache_fraction"} {
 				if f.Labels[k] == "" {
@@ -101,7 +105,9 @@ func TestQuickSmoke(t *testing.T) {
 			}
 			strategies[f.Labels["strategy"]] = true
 		}
-		if f.Figure == sim.FigOracleGap && f.Labels["strategy"] == sim.StrategyKVIndex && (f.Goal == nil || f.Met == nil) {
+		// The goal is on each order's gap and on their mean, not on the
+		// min and max.
+		if st := f.Labels["stat"]; f.Figure == sim.FigOracleGap && f.Labels["strategy"] == sim.StrategyKVIndex && st != sim.StatMin && st != sim.StatMax && (f.Goal == nil || f.Met == nil) {
 			t.Errorf("the goal scenario's gap has no goal or verdict: %s", l)
 		}
 	}
@@ -110,7 +116,7 @@ func TestQuickSmoke(t *testing.T) {
 			t.Errorf("no hit rate for %s", s)
 		}
 	}
-	for _, name := range []string{sim.FigHitRate, sim.FigOracleGap, sim.FigGhosts, sim.FigTTFTP50, sim.FigTTFTP99, sim.FigSpread, sim.FigLagP50, sim.FigLagP99, sim.FigLagMax, sim.FigFallbacks} {
+	for _, name := range []string{sim.FigHitRate, sim.FigOracleGap, sim.FigGhosts, sim.FigTTFTP50, sim.FigTTFTP99, sim.FigSpread, sim.FigLagP50, sim.FigLagP99, sim.FigLagMax, sim.FigLagMisses, sim.FigCeiling, sim.FigFallbacks} {
 		if seen[name] == 0 {
 			t.Errorf("no %s figure", name)
 		}
@@ -128,5 +134,39 @@ func TestQuickSmoke(t *testing.T) {
 	}
 	if !bytes.HasPrefix(bytes.TrimSpace(svg), []byte("<?xml")) && !bytes.Contains(svg, []byte("<svg")) {
 		t.Errorf("hit_rate.svg is not an SVG")
+	}
+}
+
+// TestValidity: a run that is not valid fails, unless quick or allowed;
+// the error names the run that fell behind.
+func TestValidity(t *testing.T) {
+	run := func(issued time.Duration) sim.RunResult {
+		return sim.RunResult{Spec: sim.RunSpec{Strategy: sim.StrategyKVIndex, Fraction: 0.05, Order: 2}, Requests: 100,
+			Span: 200 * time.Second, Issued: issued}
+	}
+	onTime, behind := run(10*time.Second), run(20*time.Second) // 20x kept; 10x against 20
+	for _, tc := range []struct {
+		name         string
+		quick, allow bool
+		runs         []sim.RunResult
+		wantErr      string
+	}{
+		{name: "valid", runs: []sim.RunResult{onTime, onTime}},
+		{name: "invalid", runs: []sim.RunResult{onTime, behind}, wantErr: "not valid: 1 of 2 runs fell behind their schedule"},
+		{name: "invalid_names_the_run", runs: []sim.RunResult{behind}, wantErr: "kvindex at fraction 0.05 order 2: late p99 0s, speedup kept 10.0"},
+		{name: "invalid_quick", quick: true, runs: []sim.RunResult{behind}},
+		{name: "invalid_allowed", allow: true, runs: []sim.RunResult{behind}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := sim.DefaultConfig()
+			c.Quick = tc.quick
+			err := validity(&sim.Result{Config: c, Runs: tc.runs}, tc.allow)
+			switch {
+			case tc.wantErr == "" && err != nil:
+				t.Errorf("err = %v, want none", err)
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("err = %v, want it to say %q", err, tc.wantErr)
+			}
+		})
 	}
 }

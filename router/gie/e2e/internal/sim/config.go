@@ -59,8 +59,16 @@ type Config struct {
 	// Parallel is how many runs go at once (each on its own model in the
 	// one stack).
 	Parallel int
-	// Seed seeds the pods' engine hashes and the oracle's tie breaks.
+	// Seed seeds the pods' engine hashes, the oracle's tie breaks and the
+	// arrival orders' jitter.
 	Seed uint64
+	// Orders is how many arrival orders each cell runs in: order 0 is the
+	// trace's own, orders 1 to Orders-1 jittered ones (ArrivalOrder, with
+	// Jitter). The tables report a cell's mean [min, max] over them.
+	Orders int
+	// Jitter bounds how far a jittered order moves a request's arrival,
+	// either way, in trace time (see ArrivalOrder).
+	Jitter time.Duration
 	// The cost model (see above).
 	PrefillTokensPerSec float64
 	PrefillOverhead     time.Duration
@@ -99,7 +107,9 @@ func CrossScenarios(routers []int, restarts []bool) []Scenario {
 // pods with a CPU tier as large as their GPU cache, three cache fractions;
 // approx and kvindex with 1 router, 4 routers, and 4 routers restarting
 // every 2000 requests; kvindex-tier in that last setup (the goal
-// scenario); random and the oracle; at 20x, 4 runs at a time.
+// scenario); random and the oracle; each cell in 3 arrival orders (the
+// trace's own and 2 jittered by up to 1.5 s, half the conversation
+// trace's 3 s spacing between arrivals); at 20x, 4 runs at a time.
 func DefaultConfig() Config {
 	return Config{
 		TracePath:  "testdata/mooncake/conversation_trace.jsonl",
@@ -119,6 +129,8 @@ func DefaultConfig() Config {
 		LoadSlack:           1.5,
 		Parallel:            4,
 		Seed:                17,
+		Orders:              3,
+		Jitter:              1500 * time.Millisecond,
 		PrefillTokensPerSec: 10000,
 		PrefillOverhead:     20 * time.Millisecond,
 		LagProbeEvery:       250 * time.Millisecond,
@@ -127,7 +139,7 @@ func DefaultConfig() Config {
 
 // QuickConfig returns the quick run (--quick): the trace's first 1500
 // requests, one cache fraction, 4 routers restarting every 300 requests,
-// every strategy.
+// every strategy, in the trace's own arrival order only.
 func QuickConfig() Config {
 	c := DefaultConfig()
 	c.MaxRequests = 1500
@@ -136,6 +148,7 @@ func QuickConfig() Config {
 	c.RestartEvery = 300
 	c.Speedup = 30
 	c.Parallel = 5
+	c.Orders = 1
 	c.Quick = true
 	return c
 }
@@ -202,6 +215,12 @@ func (c Config) Validate() error {
 	}
 	if c.Parallel < 1 {
 		bad("parallel %d is below 1", c.Parallel)
+	}
+	if c.Orders < 1 || c.Orders > 100 {
+		bad("orders %d is not in [1, 100]", c.Orders)
+	}
+	if c.Orders > 1 && c.Jitter <= 0 {
+		bad("jittered orders need a positive jitter (got %v)", c.Jitter)
 	}
 	if !(c.PrefillTokensPerSec > 0) || c.PrefillOverhead < 0 {
 		bad("the cost model needs a positive prefill rate and no negative overhead")

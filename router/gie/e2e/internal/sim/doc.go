@@ -10,6 +10,8 @@
 //
 //   - trace.go: the trace (timestamps in ms, hash_ids of 512-token blocks)
 //     and each request's chained block keys;
+//   - orders.go: the jittered arrival orders (a conversation's turns kept
+//     in order) and the trace's reuse ceiling (one pod, infinite cache);
 //   - tokens.go: the deterministic token ids and prompt text of a block,
 //     and the tokenize endpoint that maps a prompt back to its ids;
 //   - pod.go: a pod's GPU LRU and optional CPU tier, and the vLLM events
@@ -18,7 +20,8 @@
 //   - router.go: the strategies (GIE configs, restarts, the load
 //     balancer over K instances, the oracle);
 //   - run.go: Config, Run, the per-run accounting and the event-lag probe;
-//   - report.go: the figures, the Markdown table and the plot.
+//   - report.go: the figures (per run and per cell: mean, min, max over
+//     the orders), the Markdown tables and the plot.
 //
 // The prefill cost model behind the TTFT estimate is in Config's doc.
 package sim

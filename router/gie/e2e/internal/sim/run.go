@@ -25,7 +25,8 @@ import (
 )
 
 // RunSpec is one run of the grid: a strategy with K router instances,
-// restarting or not, at one cache size.
+// restarting or not, at one cache size (together, a cell), in one arrival
+// order.
 type RunSpec struct {
 	Strategy string
 	Routers  int
@@ -33,6 +34,15 @@ type RunSpec struct {
 	Fraction float64
 	// GPUBlocks and CPUBlocks are each pod's cache sizes.
 	GPUBlocks, CPUBlocks int
+	// Order is the arrival order (ArrivalOrder's k; 0 the trace's own).
+	Order int
+}
+
+// cell returns the spec without its order: the runs of one cell in
+// every order share it.
+func (s RunSpec) cell() RunSpec {
+	s.Order = 0
+	return s
 }
 
 // RunResult is what one run measured.
@@ -63,6 +73,14 @@ type RunResult struct {
 	// Span is the trace time of the run's last request; Issued the wall
 	// time from the run's start until that request was routed.
 	Span, Issued time.Duration
+	// Lag are the event-lag probe's samples sent while the run went, and
+	// LagMisses its probes of that time not seen within 10 s: the
+	// pipeline's lag under this run and the runs beside it (with Parallel
+	// 1, this run's alone).
+	Lag       []time.Duration
+	LagMisses int
+	// began and ended bound the run in wall time (for Lag).
+	began, ended time.Time
 }
 
 // EffectiveSpeedup is the speedup the run really kept: its trace span
@@ -115,6 +133,14 @@ func (r RunResult) Valid(speedup float64) bool {
 		math.Abs(r.EffectiveSpeedup()-speedup) <= MaxSpeedupShortfall*speedup
 }
 
+// GhostRate returns the ghost routes in percent of the routed requests.
+func (r RunResult) GhostRate() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return 100 * float64(r.Ghosts) / float64(r.Requests)
+}
+
 // HitRate returns the token-weighted hit rate in percent: GPU hit tokens
 // count 1, CPU-tier hit tokens CPUHitWeight.
 func (r RunResult) HitRate() float64 {
@@ -131,6 +157,9 @@ type Result struct {
 	Requests, Skipped, Clamped, UniqueBlocks, MaxBlocks int
 	FirstSkip                                           string
 	Runs                                                []RunResult
+	// Ceilings is the trace's reuse ceiling (Ceiling) in each arrival
+	// order, by order.
+	Ceilings []float64
 	// Lag are the event-lag probe's samples: produce -> visible in a
 	// Lookup; LagMisses counts probes not visible within 10 s.
 	Lag       []time.Duration
@@ -152,7 +181,7 @@ type Result struct {
 }
 
 // Grid returns the runs of c for a trace of uniqueBlocks unique blocks,
-// in order: by cache fraction, then strategy and scenario. A
+// in order: by cache fraction, then strategy, scenario and arrival order. A
 // stateless strategy (random, oracle) runs once per fraction, with one
 // router and no restarts: more instances or restarts change nothing in
 // it.
@@ -162,13 +191,18 @@ func (c Config) Grid(uniqueBlocks int) []RunSpec {
 		gpu := max(1, int(math.Round(f*float64(uniqueBlocks)/float64(c.Pods))))
 		cpu := int(math.Round(c.CPURatio * float64(gpu)))
 		for _, s := range c.Strategies {
+			add := func(routers int, restarts bool) {
+				for o := range c.Orders {
+					out = append(out, RunSpec{Strategy: s, Routers: routers, Restarts: restarts, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu, Order: o})
+				}
+			}
 			if stateless(s) {
-				out = append(out, RunSpec{Strategy: s, Routers: 1, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu})
+				add(1, false)
 				continue
 			}
 			for _, sc := range c.Scenarios {
 				if sc.Strategies == nil || slices.Contains(sc.Strategies, s) {
-					out = append(out, RunSpec{Strategy: s, Routers: sc.Routers, Restarts: sc.Restarts, Fraction: f, GPUBlocks: gpu, CPUBlocks: cpu})
+					add(sc.Routers, sc.Restarts)
 				}
 			}
 		}
@@ -204,6 +238,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	}
 	res := &Result{Config: c, Requests: len(tr.Requests), Skipped: tr.Skipped, Clamped: tr.Clamped,
 		UniqueBlocks: tr.UniqueBlocks, MaxBlocks: tr.MaxBlocks, FirstSkip: tr.FirstSkip}
+	orders := make([][]Request, c.Orders)
+	for k := range orders {
+		orders[k] = ArrivalOrder(tr.Requests, k, c.Jitter, c.Seed)
+		res.Ceilings = append(res.Ceilings, Ceiling(orders[k]))
+	}
 	// The longest prompt, in tokens: indexd and the producer take it whole.
 	maxTokens := max(indexd.DefaultMaxTokens, (tr.MaxBlocks+1)*BlockTokens)
 
@@ -286,17 +325,17 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 		g.Go(func() error {
 			// Records are produced under ctx, not gctx: gctx ends when the
 			// last run does, and would cancel its records still buffered.
-			r, err := runOne(gctx, ctx, c, tr, spec, i, configs[spec.Strategy], pub)
+			r, err := runOne(gctx, ctx, c, orders[spec.Order], spec, i, configs[spec.Strategy], pub)
 			if err != nil {
-				return fmt.Errorf("sim: run %d (%s, %d routers, restarts %v, fraction %v): %w",
-					i, spec.Strategy, spec.Routers, spec.Restarts, spec.Fraction, err)
+				return fmt.Errorf("sim: run %d (%s, %d routers, restarts %v, fraction %v, order %d): %w",
+					i, spec.Strategy, spec.Routers, spec.Restarts, spec.Fraction, spec.Order, err)
 			}
 			results[i] = r
 			if c.Progress != nil {
 				progressMu.Lock()
 				done++
-				fmt.Fprintf(c.Progress, "kvindex-sim: %d/%d done: %s at fraction %v: hit rate %.2f%% (%d requests, %d late, %v)\n",
-					done, len(grid), variant(spec), spec.Fraction, r.HitRate(), r.Requests, len(r.Late), r.Wall.Round(time.Second))
+				fmt.Fprintf(c.Progress, "kvindex-sim: %d/%d done: %s at fraction %v, order %d: hit rate %.2f%% (%d requests, %d late, p99 %v, speedup kept %.1f, %v)\n",
+					done, len(grid), variant(spec), spec.Fraction, spec.Order, r.HitRate(), r.Requests, len(r.Late), r.LateP99().Round(time.Millisecond), r.EffectiveSpeedup(), r.Wall.Round(time.Second))
 				progressMu.Unlock()
 			}
 			return nil
@@ -317,8 +356,11 @@ func Run(ctx context.Context, c Config) (*Result, error) {
 	if res.PublishErrors, perr = pub.Errors(); perr != nil {
 		res.PublishLastErr = perr.Error()
 	}
+	for i := range results {
+		results[i].Lag, results[i].LagMisses = lp.during(results[i].began, results[i].ended)
+	}
 	res.Runs = results
-	res.Lag, res.LagMisses = lp.lags, lp.misses
+	res.Lag, res.LagMisses = lp.lags(), len(lp.misses)
 	res.TokenizeCalls = tok.Calls.Load()
 	res.Lookups, res.Fallbacks, res.SpeculativeBlocks, err = producerTotals(metrics)
 	if err != nil {
@@ -390,9 +432,9 @@ const maxRecordBlocks = 64
 // addresses, so runs share the stack without seeing each other.
 //
 // ctx bounds the run; pubCtx the buffering of its event records.
-func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx int, raw []byte, pub *kvevents.Publisher) (RunResult, error) {
+func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec, idx int, raw []byte, pub *kvevents.Publisher) (RunResult, error) {
 	began := time.Now()
-	res := RunResult{Spec: spec, PerPod: make([]int, c.Pods), TTFT: make([]time.Duration, 0, len(tr.Requests))}
+	res := RunResult{Spec: spec, PerPod: make([]int, c.Pods), TTFT: make([]time.Duration, 0, len(reqs)), began: began}
 	model := fmt.Sprintf("sim-run-%03d", idx)
 	rng := rand.New(rand.NewPCG(c.Seed, uint64(idx)))
 	pods := make([]*Pod, c.Pods)
@@ -422,7 +464,7 @@ func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx 
 	lc := NewLoadCap(c.Pods, c.LoadWindow, c.LoadSlack)
 	busy := make([]time.Duration, c.Pods)
 	start := time.Now()
-	for _, r := range tr.Requests {
+	for _, r := range reqs {
 		due := start.Add(time.Duration(float64(r.At) / c.Speedup))
 		if d := time.Until(due); d > 0 {
 			select {
@@ -490,7 +532,8 @@ func runOne(ctx, pubCtx context.Context, c Config, tr *Trace, spec RunSpec, idx 
 			return res, err
 		}
 	}
-	res.Wall = time.Since(began)
+	res.ended = time.Now()
+	res.Wall = res.ended.Sub(began)
 	return res, nil
 }
 
@@ -529,8 +572,40 @@ func publish(ctx context.Context, pub *kvevents.Publisher, model, pod string, ev
 // interval it stores one fresh block from a pod of its own model, waits
 // until a Lookup answers it (at most 10 s), then removes it.
 type lagProbe struct {
-	lags   []time.Duration
-	misses int
+	samples []lagSample
+	// misses are the send times of probes not seen within probeWait.
+	misses []time.Time
+}
+
+// lagSample is one probe seen: when it was sent and its lag.
+type lagSample struct {
+	sent time.Time
+	lag  time.Duration
+}
+
+// lags returns every sample's lag.
+func (lp *lagProbe) lags() []time.Duration {
+	out := make([]time.Duration, len(lp.samples))
+	for i, s := range lp.samples {
+		out[i] = s.lag
+	}
+	return out
+}
+
+// during returns the lags of the probes sent in [from, to] and how many
+// of that time were missed.
+func (lp *lagProbe) during(from, to time.Time) (lags []time.Duration, misses int) {
+	for _, s := range lp.samples {
+		if !s.sent.Before(from) && !s.sent.After(to) {
+			lags = append(lags, s.lag)
+		}
+	}
+	for _, m := range lp.misses {
+		if !m.Before(from) && !m.After(to) {
+			misses++
+		}
+	}
+	return lags, misses
 }
 
 const (
@@ -559,7 +634,7 @@ func (lp *lagProbe) run(ctx context.Context, pub *kvevents.Publisher, kv *client
 			if ctx.Err() != nil {
 				return
 			}
-			lp.misses++
+			lp.misses = append(lp.misses, sent)
 			continue
 		}
 		seen := false
@@ -579,9 +654,9 @@ func (lp *lagProbe) run(ctx context.Context, pub *kvevents.Publisher, kv *client
 		}
 		switch {
 		case seen:
-			lp.lags = append(lp.lags, time.Since(sent))
+			lp.samples = append(lp.samples, lagSample{sent, time.Since(sent)})
 		case ctx.Err() == nil:
-			lp.misses++
+			lp.misses = append(lp.misses, sent)
 		}
 		rm := events.Event{Type: events.BlockRemoved, Medium: MediumGPU, BlockHashes: []uint64{mix(id)}}
 		if err := pub.Publish(ctx, probeModel, probePod, 0, []events.Event{rm}); err != nil && ctx.Err() != nil {

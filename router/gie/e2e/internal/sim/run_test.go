@@ -65,9 +65,19 @@ func TestGrid(t *testing.T) {
 			t.Errorf("%s runs with %d routers, restarts %v", s.Strategy, s.Routers, s.Restarts)
 		}
 	}
-	want := map[string]int{StrategyRandom: 2, StrategyOracle: 2, StrategyApprox: 6, StrategyKVIndex: 6, StrategyKVIndexTier: 2}
+	// Every cell in each of the 3 orders.
+	want := map[string]int{StrategyRandom: 6, StrategyOracle: 6, StrategyApprox: 18, StrategyKVIndex: 18, StrategyKVIndexTier: 6}
 	if diff := cmp.Diff(want, count); diff != "" {
 		t.Errorf("runs per strategy (-want +got):\n%s", diff)
+	}
+	orders := map[RunSpec][]int{}
+	for _, s := range grid {
+		orders[s.cell()] = append(orders[s.cell()], s.Order)
+	}
+	for cell, os := range orders {
+		if diff := cmp.Diff([]int{0, 1, 2}, os); diff != "" {
+			t.Errorf("%+v: orders (-want +got):\n%s", cell, diff)
+		}
 	}
 }
 
@@ -91,6 +101,8 @@ func TestValidate(t *testing.T) {
 		"slack below 1":      func(c *Config) { c.LoadSlack = 0.5 },
 		"no parallelism":     func(c *Config) { c.Parallel = 0 },
 		"no prefill rate":    func(c *Config) { c.PrefillTokensPerSec = 0 },
+		"no order":           func(c *Config) { c.Orders = 0 },
+		"orders, no jitter":  func(c *Config) { c.Jitter = 0 },
 	} {
 		c := DefaultConfig()
 		mut(&c)
@@ -100,17 +112,29 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-// fakeResult is a Result of two fractions with every strategy.
+// fakeResult is a Result of the default config's three fractions with
+// every strategy in 3 orders: a run's hit rate is 100 x its fraction
+// plus its order (plus 10 for the oracle), its event lag (order+1) ms,
+// (order+1) x 10 ms and (order+1) x 100 ms; every run valid but the
+// kvindex-tier's in order 2.
 func fakeResult() *Result {
 	c := DefaultConfig()
-	r := &Result{Config: c, Lag: []time.Duration{time.Millisecond, 3 * time.Millisecond}, Lookups: 10, Fallbacks: 1}
+	r := &Result{Config: c, Lag: []time.Duration{time.Millisecond, 3 * time.Millisecond}, Lookups: 10, Fallbacks: 1,
+		Ceilings: []float64{50, 51, 52}}
 	for _, s := range c.Grid(80000) {
-		hit := int64(100 * s.Fraction)
+		hit := int64(100*s.Fraction) + int64(s.Order)
 		if s.Strategy == StrategyOracle {
 			hit += 10
 		}
+		o := time.Duration(s.Order + 1)
+		issued := time.Duration(float64(100*time.Second) / c.Speedup)
+		if s.Strategy == StrategyKVIndexTier && s.Order == 2 {
+			issued *= 2
+		}
 		r.Runs = append(r.Runs, RunResult{Spec: s, Requests: 10, Ghosts: 1, PromptTokens: 100, GPUHitTokens: hit,
-			TTFT: []time.Duration{time.Second, 2 * time.Second}, PerPod: []int{6, 4, 0, 0, 0, 0, 0, 0}})
+			TTFT: []time.Duration{time.Second, 2 * time.Second}, PerPod: []int{6, 4, 0, 0, 0, 0, 0, 0},
+			Span: 100 * time.Second, Issued: issued,
+			Lag: []time.Duration{o * time.Millisecond, o * 10 * time.Millisecond, o * 100 * time.Millisecond}})
 	}
 	return r
 }
@@ -144,7 +168,7 @@ func TestFigures(t *testing.T) {
 				}
 			}
 		}
-		if f.Name == FigOracleGap && f.Labels["strategy"] == StrategyKVIndex && f.Labels["routers"] == "4" && f.Labels["restarts"] == "true" {
+		if st := f.Labels["stat"]; f.Name == FigOracleGap && f.Labels["strategy"] == StrategyKVIndex && f.Labels["routers"] == "4" && f.Labels["restarts"] == "true" && st != StatMin && st != StatMax {
 			if f.Goal == nil || !f.Goal.AtMost || f.Goal.Target != 1 {
 				t.Errorf("the goal scenario's gap has goal %+v, want at most 1 point", f.Goal)
 			}
@@ -153,10 +177,13 @@ func TestFigures(t *testing.T) {
 			}
 		}
 	}
+	// Per run, and mean, min and max per cell (a third as many cells as
+	// runs): 2 per run.
 	runs := len(r.Runs)
-	nonOracle := runs - len(r.Config.Fractions)
-	want := map[string]int{FigHitRate: runs, FigOracleGap: nonOracle, FigGhosts: runs, FigTTFTP50: runs, FigTTFTP99: runs, FigSpread: runs,
-		FigLagP50: 1, FigLagP99: 1, FigLagMax: 1, FigLate: 1, FigFallbacks: 1}
+	nonOracle := runs - 3*len(r.Config.Fractions)
+	per := 2 * runs
+	want := map[string]int{FigHitRate: per, FigOracleGap: 2 * nonOracle, FigGhosts: per, FigTTFTP50: per, FigTTFTP99: per, FigSpread: per,
+		FigLagP50: per + 1, FigLagP99: per + 1, FigLagMax: per + 1, FigLagMisses: per, FigCeiling: 6, FigLate: 1, FigFallbacks: 1}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("figures (-want +got):\n%s", diff)
 	}
@@ -169,7 +196,26 @@ func TestReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	md := b.String()
-	for _, want := range []string{"![hit rate against cache size](hit_rate.svg)", "| strategy | 0.05 | 0.1 | 0.2 |", "| kvindex, 4 routers, restarts | 5.0 | 10.0 | 20.0 |", "| oracle | 15.0 | 20.0 | 30.0 |", "TTFT cost model"} {
+	for _, want := range []string{
+		"![hit rate against cache size](hit_rate.svg)",
+		"**Not valid: 3 of 81 runs fell behind their schedule**",
+		"mean [min, max] over 3 arrival orders",
+		"| strategy | 0.05 | 0.1 | 0.2 |",
+		"| kvindex, 4 routers, restarts | 6.0 [5.0, 7.0] | 11.0 [10.0, 12.0] | 21.0 [20.0, 22.0] |",
+		"| oracle | 16.0 [15.0, 17.0] | 21.0 [20.0, 22.0] | 31.0 [30.0, 32.0] |",
+		"| ceiling (1 pod, infinite cache) | 51.0 [50.0, 52.0] | 51.0 [50.0, 52.0] | 51.0 [50.0, 52.0] |",
+		// Every cell: hit, gap (the same in every order), ghosts, TTFT,
+		// event lag p50, p99, max (per order: its middle, its largest
+		// sample), load, valid runs.
+		"| kvindex, 4 routers, restarts | 0.05 | 500 | 6.00 [5.00, 7.00] | 10.00 | 10.0 | 2000 | 2000 | 20 [10, 30] | 200 [100, 300] | 200 [100, 300] | 4.80 | 3 of 3 |",
+		"| kvindex-tier, 4 routers, restarts | 0.05 | 500 | 6.00 [5.00, 7.00] | 10.00 | 10.0 | 2000 | 2000 | 20 [10, 30] | 200 [100, 300] | 200 [100, 300] | 4.80 | 2 of 3 |",
+		// Every run.
+		"| kvindex-tier, 4 routers, restarts | 0.05 | 2 | 7.00 | 10.0 | 2000 | 2000 | 30 | 300 | 300 | 0 | 0 | 0 | 10.0 | 0 | **no** |",
+		"| oracle | 0.2 | 0 | 30.00 | 10.0 | 2000 | 2000 | 10 | 100 | 100 | 0 | 0 | 0 | 20.0 | 0 | yes |",
+		"Arrival orders: 3 per cell",
+		"Reuse ceiling: the hit rate of one pod with an infinite cache over the same requests (from the block hashes; every hit is a GPU hit), 51.00 [50.00, 52.00].",
+		"TTFT cost model",
+	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q:\n%s", want, md)
 		}

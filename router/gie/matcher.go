@@ -9,7 +9,8 @@ import (
 // EndpointMatch is one candidate endpoint's share of a prompt: the
 // prompt's first Blocks blocks of BlockSize tokens are cached on it, out
 // of Total full blocks. GPU, CPU and Disk split Blocks by the best tier
-// holding each block; Speculative counts the blocks known only from
+// holding each block (a block without a tier counts as GPU), so
+// GPU+CPU+Disk is Blocks; Speculative counts the blocks known only from
 // speculative entries (counted as GPU: they were just computed there).
 type EndpointMatch struct {
 	Blocks, Total, BlockSize int
@@ -161,13 +162,19 @@ func merge(candidates []Identity, matches []IndexMatch, spec func(Identity) int,
 				if i < len(im.Tiers) {
 					t = im.Tiers[i]
 				}
+				// A block the index names no tier for (an older index,
+				// or an answer without tiers) is present all the same:
+				// it counts as GPU, as PrefixCacheMatchInfo counts it,
+				// so GPU+CPU+Disk is always Blocks and the tier scorer
+				// never scores a match below the prefix scorer for want
+				// of a tier.
 				switch t {
-				case TierGPU:
-					em.GPU++
 				case TierCPU:
 					em.CPU++
 				case TierDisk:
 					em.Disk++
+				default:
+					em.GPU++
 				}
 			}
 		}

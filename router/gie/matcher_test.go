@@ -83,6 +83,22 @@ func TestMerge(t *testing.T) {
 			want: map[Identity]EndpointMatch{a: {Blocks: 2, Total: 2, BlockSize: 16, GPU: 2}},
 		},
 		{
+			// A block without a tier (short Tiers, or unspecified) is
+			// held all the same: it counts as GPU, so the split always
+			// adds up to Blocks, as PrefixCacheMatchInfo counts it.
+			name:       "blocks_without_a_tier_count_as_gpu",
+			candidates: []Identity{a, b},
+			matches: []IndexMatch{
+				{Identity: a, Blocks: 3, BlockSize: 16, Tiers: []Tier{TierCPU}},
+				{Identity: b, Blocks: 2, BlockSize: 16, Tiers: []Tier{TierUnspecified, TierDisk}},
+			},
+			spec: none, specBS: 16, tokens: 64,
+			want: map[Identity]EndpointMatch{
+				a: {Blocks: 3, Total: 4, BlockSize: 16, GPU: 2, CPU: 1},
+				b: {Blocks: 2, Total: 4, BlockSize: 16, GPU: 1, Disk: 1},
+			},
+		},
+		{
 			name:    "no_candidates_means_the_index_answer",
 			matches: []IndexMatch{{Identity: b, Blocks: 1, BlockSize: 16, Tiers: []Tier{TierGPU}}},
 			spec:    none, specBS: 16, tokens: 16,

@@ -1,0 +1,142 @@
+package gie
+
+import (
+	"context"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	framework "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
+	"sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/plugins/scheduling/scorer/prefix"
+)
+
+// tieredIndex answers every Lookup with fixed per-pod tier lists: pod
+// vllm-i holds len(tiers[i]) leading blocks, block j best in tiers[i][j].
+type tieredIndex struct{ tiers [][]Tier }
+
+func (f tieredIndex) LookupTokens(_ context.Context, _ string, _ Prompt, candidates []Identity) (IndexAnswer, error) {
+	var ans IndexAnswer
+	for i, ts := range f.tiers {
+		if len(ts) == 0 {
+			continue
+		}
+		id := Identity{Pod: podEndpoints(len(f.tiers))[i].GetMetadata().PodName}
+		for _, c := range candidates {
+			if c == id {
+				ans.Matches = append(ans.Matches, IndexMatch{Identity: id, Blocks: len(ts), BlockSize: 16, Tiers: ts})
+			}
+		}
+	}
+	return ans, nil
+}
+
+// tiers returns gpu GPU blocks followed by cpu CPU blocks.
+func tiers(gpu, cpu int) []Tier {
+	out := make([]Tier, 0, gpu+cpu)
+	for range gpu {
+		out = append(out, TierGPU)
+	}
+	for range cpu {
+		out = append(out, TierCPU)
+	}
+	return out
+}
+
+// scoreBoth runs the producer over a 12-block prompt against an index
+// holding holders, then scores the candidates with the tier scorer (default
+// weights) and with GIE's prefix-cache-scorer, which reads the
+// PrefixCacheMatchInfo the same producer wrote.
+func scoreBoth(t *testing.T, holders [][]Tier) (tier, pfx []float64) {
+	t.Helper()
+	p, err := NewProducer("", ProducerParams{Target: "x:1", PodIdentity: PodIdentityPodName}, tieredIndex{holders}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := podEndpoints(len(holders))
+	req := &framework.LLMRequest{RequestId: "r", TargetModel: "llama", TokenizedPrompt: &framework.TokenizedPrompt{TokenIDs: seq(12 * 16)}}
+	if err := p.PrepareRequestData(t.Context(), req, eps); err != nil {
+		t.Fatal(err)
+	}
+	ps, err := prefix.New(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := NewTierScorer("", DefaultTierWeights()).Score(t.Context(), nil, req, eps)
+	pp := ps.Score(t.Context(), nil, req, eps)
+	for _, ep := range eps {
+		tier, pfx = append(tier, ts[ep]), append(pfx, pp[ep])
+	}
+	return tier, pfx
+}
+
+// argmax is the index of the highest score (the first of ties).
+func argmax(s []float64) int {
+	best := 0
+	for i, v := range s {
+		if v > s[best] {
+			best = i
+		}
+	}
+	return best
+}
+
+// TestTierScorerFollowsTheCostModel pins the tier scorer's rule: a
+// candidate scores the prefill it saves, in prompt blocks, GPU blocks
+// saving all of theirs and CPU blocks all but the load-back (1 - cpu
+// weight), over the prompt's blocks. Over a 12-block prompt:
+func TestTierScorerFollowsTheCostModel(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		holders  [][]Tier
+		want     []float64
+		wantBest int
+	}{
+		{"cpu_holder_beats_a_holder_of_nothing", [][]Tier{nil, tiers(0, 4)}, []float64{0, 0.8 * 4 / 12}, 1},
+		{"gpu_holder_beats_a_cpu_holder_of_the_same_length", [][]Tier{tiers(0, 6), tiers(6, 0)}, []float64{0.8 * 6 / 12, 6.0 / 12}, 1},
+		// 9 GPU blocks save 9; 10 CPU blocks save 10 - 0.2x10 = 8.
+		{"shorter_gpu_prefix_that_saves_more_wins", [][]Tier{tiers(0, 10), tiers(9, 0)}, []float64{0.8 * 10 / 12, 9.0 / 12}, 1},
+		// 7 GPU blocks save 7; 10 CPU blocks save 8.
+		{"longer_cpu_prefix_that_saves_more_wins", [][]Tier{tiers(7, 0), tiers(0, 10)}, []float64{7.0 / 12, 0.8 * 10 / 12}, 1},
+		// 6 GPU + 4 CPU save 9.2 against 9.
+		{"gpu_head_and_cpu_tail", [][]Tier{tiers(9, 0), tiers(6, 4)}, []float64{9.0 / 12, (6 + 0.8*4) / 12}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, pfx := scoreBoth(t, tc.holders)
+			if diff := cmp.Diff(tc.want, got, cmp.Comparer(func(a, b float64) bool { return a-b < 1e-12 && b-a < 1e-12 })); diff != "" {
+				t.Errorf("tier scores (-want +got):\n%s", diff)
+			}
+			if b := argmax(got); b != tc.wantBest {
+				t.Errorf("best candidate %d, want %d (scores %v)", b, tc.wantBest, got)
+			}
+			// A CPU block never scores above what the prefix scorer
+			// gives it, and a GPU block exactly that.
+			for i := range got {
+				if got[i] > pfx[i] {
+					t.Errorf("candidate %d: tier score %v above the prefix score %v", i, got[i], pfx[i])
+				}
+			}
+		})
+	}
+}
+
+// TestTierScorerIsThePrefixScorerWithoutCPUHolders: where no candidate
+// holds a block off GPU, the tier scorer gives every candidate exactly
+// what prefix-cache-scorer gives it (same ranking, same weight against
+// the load scorers), blocks the index names no tier for included.
+func TestTierScorerIsThePrefixScorerWithoutCPUHolders(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		holders [][]Tier
+	}{
+		{"nobody_holds_anything", [][]Tier{nil, nil, nil}},
+		{"gpu_holders_of_different_lengths", [][]Tier{tiers(3, 0), nil, tiers(12, 0), tiers(7, 0)}},
+		{"blocks_without_a_tier", [][]Tier{{TierUnspecified, TierUnspecified, TierGPU}, tiers(2, 0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, pfx := scoreBoth(t, tc.holders)
+			if diff := cmp.Diff(pfx, got); diff != "" {
+				t.Errorf("tier scores against prefix-cache-scorer's (-prefix +tier):\n%s", diff)
+			}
+		})
+	}
+}

@@ -13,8 +13,11 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/kvindex/kvindex/internal/testutil"
 )
@@ -77,6 +80,18 @@ func TestIndexdCommandServes(t *testing.T) {
 			break
 		}
 	}
+	// Reflection is off with the default flags: a client learns nothing
+	// of the API it did not bring.
+	refl, err := reflectionpb.NewServerReflectionClient(conn).ServerReflectionInfo(ctx)
+	if err == nil {
+		err = refl.Send(&reflectionpb.ServerReflectionRequest{MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{}})
+	}
+	if err == nil {
+		_, err = refl.Recv()
+	}
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("reflection with the default flags: %v, want Unimplemented", err)
+	}
 	for path, want := range map[string]string{"/readyz": "ok", "/metrics": "kvindex_indexd_ready 1"} {
 		resp, err := http.Get("http://" + opsAddr + path)
 		if err != nil {
@@ -91,6 +106,27 @@ func TestIndexdCommandServes(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Fatalf("indexd returned %v on shutdown", err)
+	}
+}
+
+// TestIndexdCommandDefaults: out of the box, indexd serves no reflection
+// and staleness shows (a positive --max-staleness).
+func TestIndexdCommandDefaults(t *testing.T) {
+	fs := NewCommand().Flags()
+	def := func(name string) string {
+		t.Helper()
+		f := fs.Lookup(name)
+		if f == nil {
+			t.Fatalf("no flag --%s", name)
+		}
+		return f.DefValue
+	}
+	if v := def("grpc-reflection"); v != "false" {
+		t.Errorf("--grpc-reflection default %q, want false", v)
+	}
+	v := def("max-staleness")
+	if d, err := time.ParseDuration(v); err != nil || d <= 0 {
+		t.Errorf("--max-staleness default %q, want a positive duration", v)
 	}
 }
 

@@ -37,6 +37,8 @@ func TestLookupPrefersFreshReplica(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
+	waitBothCalled(t, c, stale, fresh)
+	before := stale.calls.Load()
 	for i := range 20 {
 		res, err := c.Lookup(ctx, "m", []uint64{1})
 		if err != nil {
@@ -46,9 +48,26 @@ func TestLookupPrefersFreshReplica(t *testing.T) {
 			t.Fatalf("Lookup %d: ProgressTime %v (%v old), want the current replica's", i, res.ProgressTime, age)
 		}
 	}
-	if stale.calls.Load() == 0 {
+	if stale.calls.Load() == before {
 		t.Fatal("the stale replica was never called; the test did not balance over both")
 	}
+}
+
+// waitBothCalled sends Lookups until both replicas have answered one, so
+// the balancer has a connection to each (until then round-robin has only
+// the replica that connected first, and a search for a fresher answer can
+// only ask that one again), then forgets any search back-off those
+// Lookups set.
+func waitBothCalled(t *testing.T, c *Client, a, b *progressIndex) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for a.calls.Load() == 0 || b.calls.Load() == 0 {
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); err != nil {
+			t.Fatalf("waiting for both replicas to answer: %v", err)
+		}
+	}
+	c.searchAfter.Store(0)
 }
 
 // When every replica is stale (an etcd outage), the client returns the

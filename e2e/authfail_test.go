@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -43,43 +42,8 @@ func TestIngesterWrongSASLPasswordIsLoud(t *testing.T) {
 		"--group", "wrong-password", "--id", "ingester-wrong-password",
 		"--kafka-sasl-mechanism", mech, "--kafka-sasl-username", "kvuser", "--kafka-sasl-password-file", pwFile,
 		"--metrics-listen", "127.0.0.1:0", "--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := new(syncBuffer)
-	opsAddr := make(chan string, 1)
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			logs.Write([]byte(sc.Text() + "\n"))
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "ingester starting" {
-				addr, _ := line["metrics"].(string)
-				opsAddr <- addr
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-copied
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("ingester stderr:\n%s", logs)
-		}
-	})
-	var ops string
-	select {
-	case ops = <-opsAddr:
-	case <-ctx.Done():
-		t.Fatalf("the ingester never logged its addresses:\n%s", logs)
-	}
+	line, logs := startLogged(t, ctx, cmd, "ingester starting")
+	ops, _ := line["metrics"].(string)
 
 	get := func(path string) (int, string) {
 		t.Helper()

@@ -1,9 +1,7 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net"
@@ -48,42 +46,7 @@ func TestIdleConnectionFlood(t *testing.T) {
 		"--max-connections", "64", "--health-max-connections", "8",
 		"--max-connection-idle", "1s", "--handshake-timeout", "2s",
 		"--log-format", "json")
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	logs := new(syncBuffer)
-	addrs := make(chan map[string]any, 1)
-	copied := make(chan struct{})
-	go func() {
-		defer close(copied)
-		sc := bufio.NewScanner(stderr)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			logs.Write([]byte(sc.Text() + "\n"))
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) == nil && line["msg"] == "indexd starting" {
-				addrs <- line
-			}
-		}
-	}()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-copied
-		_ = cmd.Wait()
-		if t.Failed() {
-			t.Logf("indexd stderr:\n%s", logs)
-		}
-	})
-	var line map[string]any
-	select {
-	case line = <-addrs:
-	case <-ctx.Done():
-		t.Fatalf("indexd never logged its addresses:\n%s", logs)
-	}
+	line, logs := startLogged(t, ctx, cmd, "indexd starting")
 	grpcAddr, healthAddr, opsAddr := line["grpc"].(string), line["health"].(string), line["metrics"].(string)
 
 	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))

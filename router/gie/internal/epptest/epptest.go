@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"strconv"
 	"sync"
 	"testing"
@@ -209,6 +210,30 @@ func (e *EPP) SetMetrics(m *fwkdl.Metrics) {
 		nn := ep.GetMetadata().NamespacedName
 		all[nn] = m.Clone()
 		ep.UpdateMetrics(m.Clone())
+	}
+	e.src.SetMetrics(all)
+}
+
+// SetEndpointMetrics makes each endpoint named in m, by its
+// "address:port", report its own metrics (a copy), as SetMetrics does for
+// all: at once and on every later poll. Endpoints m does not name keep
+// what they reported. A caller that changes the metrics between requests
+// (a simulated pod's queue) calls it before each Send.
+func (e *EPP) SetEndpointMetrics(m map[string]*fwkdl.Metrics) {
+	all := map[types.NamespacedName]*fwkdl.Metrics{}
+	for _, ep := range e.ds.PodList(datastore.AllPodsPredicate) {
+		md := ep.GetMetadata()
+		pm, ok := m[net.JoinHostPort(md.Address, md.Port)]
+		if !ok {
+			pm = ep.GetMetrics()
+		}
+		if pm == nil {
+			continue
+		}
+		all[md.NamespacedName] = pm.Clone()
+		if ok {
+			ep.UpdateMetrics(pm.Clone())
+		}
 	}
 	e.src.SetMetrics(all)
 }

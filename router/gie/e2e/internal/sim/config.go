@@ -25,7 +25,11 @@ const podPort = 8000
 // time is PrefillOverhead plus its uncached tokens at PrefillTokensPerSec
 // plus its CPU-tier hit tokens at a fifth of that cost (1 - CPUHitWeight);
 // GPU hits cost nothing. Its TTFT is its wait behind the pod's earlier
-// prefills plus its service time. Decoding is not modelled.
+// prefills plus its service time. Decoding is not modelled. The pods
+// report that queue to the EPPs before each request, as vLLM's metrics
+// would (waiting and running requests, the running request's share of the
+// GPU cache: prefillQueues), so the stock queue and KV-cache-utilization
+// scorers weigh the load the cost model charges for.
 type Config struct {
 	// TracePath is the Mooncake trace (JSON lines).
 	TracePath string

@@ -17,6 +17,8 @@
 //   - pod.go: a pod's GPU LRU and optional CPU tier, and the vLLM events
 //     serving a request produces;
 //   - loadcap.go: the sliding-window load cap every strategy shares;
+//   - queue.go: each pod's prefill queue under the cost model, which
+//     gives each request its TTFT and the pods' reported queue metrics;
 //   - router.go: the strategies (GIE configs, restarts, the load
 //     balancer over K instances, the oracle);
 //   - run.go: Config, Run, the per-run accounting and the event-lag probe;

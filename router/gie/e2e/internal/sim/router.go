@@ -248,9 +248,10 @@ func (r *routers) start() (*instance, error) {
 }
 
 // route sends one request through the next instance (restarting it first
-// when its time has come) and returns the chosen endpoint (address:port)
-// and the match blocks the scheduler saw on it.
-func (r *routers) route(ctx context.Context, req epptest.Request) (string, int, error) {
+// when its time has come), with the pods reporting podMetrics (by
+// address:port) to it, and returns the chosen endpoint (address:port) and
+// the match blocks the scheduler saw on it.
+func (r *routers) route(ctx context.Context, req epptest.Request, podMetrics map[string]*fwkdl.Metrics) (string, int, error) {
 	i := r.next
 	r.next = (r.next + 1) % len(r.inst)
 	in := r.inst[i]
@@ -265,6 +266,7 @@ func (r *routers) route(ctx context.Context, req epptest.Request) (string, int, 
 		r.restarts++
 	}
 	in.served++
+	in.epp.SetEndpointMetrics(podMetrics)
 	ep, rc, err := in.epp.Send(ctx, req)
 	if err != nil {
 		return "", 0, err

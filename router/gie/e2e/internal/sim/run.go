@@ -448,6 +448,8 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 		addrs[p] = ip + ":" + strconv.Itoa(podPort)
 		byAddr[addrs[p]] = p
 	}
+	// What every pod reports besides its queue (see prefillQueues).
+	base := &fwkdl.Metrics{CacheBlockSize: BlockTokens, CacheNumBlocks: spec.GPUBlocks}
 	var rt *routers
 	if usesEPP(spec.Strategy) {
 		every := 0
@@ -455,14 +457,15 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 			every = c.RestartEvery
 		}
 		var err error
-		rt, err = newRouters(ctx, raw, eps, &fwkdl.Metrics{CacheBlockSize: BlockTokens, CacheNumBlocks: spec.GPUBlocks}, spec.Routers, every)
+		rt, err = newRouters(ctx, raw, eps, base, spec.Routers, every)
 		if err != nil {
 			return res, err
 		}
 		defer rt.close()
 	}
 	lc := NewLoadCap(c.Pods, c.LoadWindow, c.LoadSlack)
-	busy := make([]time.Duration, c.Pods)
+	queues := newPrefillQueues(c.Pods, spec.GPUBlocks)
+	podMetrics := make(map[string]*fwkdl.Metrics, c.Pods)
 	start := time.Now()
 	for _, r := range reqs {
 		due := start.Add(time.Duration(float64(r.At) / c.Speedup))
@@ -486,7 +489,10 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 					}
 				}
 			}
-			ep, b, err := rt.route(ctx, req)
+			for p, m := range queues.metrics(r.At, base) {
+				podMetrics[addrs[p]] = m
+			}
+			ep, b, err := rt.route(ctx, req, podMetrics)
 			if err != nil {
 				if ctx.Err() != nil {
 					return res, ctx.Err()
@@ -519,9 +525,7 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 		res.CPUHitTokens += int64(cpuTok)
 		res.Span, res.Issued = r.At, time.Since(start)
 		svc := c.PrefillOverhead + time.Duration((float64(tokens-gpuTok-cpuTok)+(1-CPUHitWeight)*float64(cpuTok))/c.PrefillTokensPerSec*float64(time.Second))
-		at := max(r.At, busy[pod])
-		busy[pod] = at + svc
-		res.TTFT = append(res.TTFT, busy[pod]-r.At)
+		res.TTFT = append(res.TTFT, queues.admit(pod, r.At, svc, len(r.Keys)))
 	}
 	if rt != nil {
 		res.RouterRestarts = rt.restarts

@@ -27,7 +27,7 @@ type prefillQueues struct {
 // [start, end) and holds blocks GPU blocks while it runs.
 type prefill struct {
 	at, start, end time.Duration
-	blocks     int
+	blocks         int
 }
 
 func newPrefillQueues(pods, gpuBlocks int) *prefillQueues {

@@ -63,14 +63,27 @@ func (s *TierScorer) Consumes() map[string]any {
 // Weights returns the scorer's tier weights.
 func (s *TierScorer) Weights() TierWeights { return s.weights }
 
-// Score implements framework.Scorer.
+// Score implements framework.Scorer. Each endpoint with a TierMatch first
+// scores its saved prefill (TierMatch.Score); those scores are then scaled
+// together so that the best of them equals the best prefix fraction
+// (matched blocks on any tier over the prompt's, what prefix-cache-scorer
+// gives): affinity weighs against the load scorers as strongly as the
+// prefix scorer's, and the tiers only order the holders. Where no
+// candidate holds a block off GPU the scale is 1.
 func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framework.LLMRequest, endpoints []framework.Endpoint) map[framework.Endpoint]float64 {
 	out := make(map[framework.Endpoint]float64, len(endpoints))
+	var tiered []framework.Endpoint
+	bestSaved, bestPrefix := 0.0, 0.0
 	for _, ep := range endpoints {
 		out[ep] = 0
 		if v, ok := ep.Get(TierMatchKey); ok {
 			if tm, ok := v.(*TierMatch); ok {
 				out[ep] = tm.Score(s.weights)
+				tiered = append(tiered, ep)
+				bestSaved = max(bestSaved, out[ep])
+				if tm.Total > 0 {
+					bestPrefix = max(bestPrefix, min(float64(tm.Blocks())/float64(tm.Total), 1))
+				}
 				continue
 			}
 		}
@@ -78,6 +91,12 @@ func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framew
 			if pi, ok := v.(*attrprefix.PrefixCacheMatchInfo); ok && pi.TotalBlocks() > 0 {
 				out[ep] = min(max(float64(pi.MatchBlocks())/float64(pi.TotalBlocks()), 0), 1)
 			}
+		}
+	}
+	if bestSaved > 0 && bestPrefix > bestSaved {
+		scale := bestPrefix / bestSaved
+		for _, ep := range tiered {
+			out[ep] = min(out[ep]*scale, 1)
 		}
 	}
 	return out

@@ -13,13 +13,13 @@ import (
 const TierScorerType = "kvindex-tier-scorer"
 
 // TierScorer is an Affinity scorer of the producer's TierMatch attribute:
-// an endpoint scores the tier weights of its matched blocks over the
-// prompt's blocks, so a GPU holder of a prefix beats a CPU holder of the
-// same prefix, which beats a disk holder. It takes prefix-cache-scorer's
-// place in a profile, at that scorer's weight: with every block on GPU it
-// scores what prefix-cache-scorer does, so the balance between affinity
-// and the load scorers stays the one the profile chose, and only the
-// tiers reorder holders. An endpoint without a TierMatch (the producer
+// endpoints rank by the tier weights of their matched blocks (the prefill
+// each saves), so a GPU holder of a prefix beats a CPU holder of the same
+// prefix, which beats a disk holder, and the best of them scores what
+// prefix-cache-scorer gives the best (see Score; docs/router.md). It
+// takes prefix-cache-scorer's place in a profile, at that scorer's
+// weight: the balance between affinity and the load scorers stays the one
+// the profile chose, and only the tiers reorder holders. An endpoint without a TierMatch (the producer
 // fell back) scores its PrefixCacheMatchInfo (the approximate producer's
 // guess, which knows no tiers) as prefix-cache-scorer would, and 0
 // without either.

@@ -17,8 +17,12 @@ type TierMatch struct {
 	Total, BlockSize int
 }
 
-// Clone implements the EPP's Cloneable.
+// Clone implements the EPP's Cloneable; a nil TierMatch clones to nil
+// (GIE's attribute map clones on every Get).
 func (t *TierMatch) Clone() fwkdl.Cloneable {
+	if t == nil {
+		return (*TierMatch)(nil)
+	}
 	c := *t
 	return &c
 }

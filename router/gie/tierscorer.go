@@ -19,10 +19,10 @@ const TierScorerType = "kvindex-tier-scorer"
 // prefix-cache-scorer gives the best (see Score; docs/router.md). It
 // takes prefix-cache-scorer's place in a profile, at that scorer's
 // weight: the balance between affinity and the load scorers stays the one
-// the profile chose, and only the tiers reorder holders. An endpoint without a TierMatch (the producer
-// fell back) scores its PrefixCacheMatchInfo (the approximate producer's
-// guess, which knows no tiers) as prefix-cache-scorer would, and 0
-// without either.
+// the profile chose, and only the tiers reorder holders. An endpoint
+// without a TierMatch (the producer fell back) scores its
+// PrefixCacheMatchInfo (the approximate producer's guess, which knows no
+// tiers) as prefix-cache-scorer would, and 0 without either.
 type TierScorer struct {
 	typedName plugin.TypedName
 	weights   TierWeights
@@ -77,7 +77,7 @@ func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framew
 	for _, ep := range endpoints {
 		out[ep] = 0
 		if v, ok := ep.Get(TierMatchKey); ok {
-			if tm, ok := v.(*TierMatch); ok {
+			if tm, ok := v.(*TierMatch); ok && tm != nil {
 				out[ep] = tm.Score(s.weights)
 				tiered = append(tiered, ep)
 				bestSaved = max(bestSaved, out[ep])

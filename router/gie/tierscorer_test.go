@@ -142,3 +142,16 @@ func TestTierScorerIsThePrefixScorerWithoutCPUHolders(t *testing.T) {
 		})
 	}
 }
+
+// TestTierScorerNilTierMatch: an endpoint whose TierMatch attribute is a
+// nil pointer (a producer bug, or another plugin's) scores 0 instead of
+// panicking the scheduling cycle, and does not change the others' scale.
+func TestTierScorerNilTierMatch(t *testing.T) {
+	eps := podEndpoints(2)
+	eps[0].Put(TierMatchKey, (*TierMatch)(nil))
+	eps[1].Put(TierMatchKey, &TierMatch{CPU: 4, Total: 12})
+	got := NewTierScorer("", DefaultTierWeights()).Score(t.Context(), nil, &framework.LLMRequest{}, eps)
+	if diff := cmp.Diff([]float64{0, 4.0 / 12}, []float64{got[eps[0]], got[eps[1]]}); diff != "" {
+		t.Errorf("scores (-want +got):\n%s", diff)
+	}
+}

@@ -81,15 +81,13 @@ func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framew
 				out[ep] = tm.Score(s.weights)
 				tiered = append(tiered, ep)
 				bestSaved = max(bestSaved, out[ep])
-				if tm.Total > 0 {
-					bestPrefix = max(bestPrefix, min(float64(tm.Blocks())/float64(tm.Total), 1))
-				}
+				bestPrefix = max(bestPrefix, matchFraction(tm.Blocks(), tm.Total))
 				continue
 			}
 		}
 		if v, ok := ep.Get(attrprefix.PrefixCacheMatchInfoKey); ok {
-			if pi, ok := v.(*attrprefix.PrefixCacheMatchInfo); ok && pi.TotalBlocks() > 0 {
-				out[ep] = min(max(float64(pi.MatchBlocks())/float64(pi.TotalBlocks()), 0), 1)
+			if pi, ok := v.(*attrprefix.PrefixCacheMatchInfo); ok {
+				out[ep] = matchFraction(pi.MatchBlocks(), pi.TotalBlocks())
 			}
 		}
 	}
@@ -100,4 +98,13 @@ func (s *TierScorer) Score(_ context.Context, _ *framework.CycleState, _ *framew
 		}
 	}
 	return out
+}
+
+// matchFraction is matched blocks over the prompt's total, in [0, 1], as
+// prefix-cache-scorer scores it; 0 when total is not positive.
+func matchFraction(matched, total int) float64 {
+	if total <= 0 {
+		return 0
+	}
+	return min(max(float64(matched)/float64(total), 0), 1)
 }

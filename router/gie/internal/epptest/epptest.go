@@ -205,13 +205,7 @@ func New(ctx context.Context, raw []byte, pods []Pod, targetPorts []int) (*EPP, 
 // approximate producer sizes its ledger from CacheBlockSize and
 // CacheNumBlocks when autoTune is on).
 func (e *EPP) SetMetrics(m *fwkdl.Metrics) {
-	all := map[types.NamespacedName]*fwkdl.Metrics{}
-	for _, ep := range e.ds.PodList(datastore.AllPodsPredicate) {
-		nn := ep.GetMetadata().NamespacedName
-		all[nn] = m.Clone()
-		ep.UpdateMetrics(m.Clone())
-	}
-	e.src.SetMetrics(all)
+	e.setMetrics(func(*fwkdl.EndpointMetadata) (*fwkdl.Metrics, bool) { return m, true })
 }
 
 // SetEndpointMetrics makes each endpoint named in m, by its
@@ -220,10 +214,20 @@ func (e *EPP) SetMetrics(m *fwkdl.Metrics) {
 // what they reported. A caller that changes the metrics between requests
 // (a simulated pod's queue) calls it before each Send.
 func (e *EPP) SetEndpointMetrics(m map[string]*fwkdl.Metrics) {
+	e.setMetrics(func(md *fwkdl.EndpointMetadata) (*fwkdl.Metrics, bool) {
+		pm, ok := m[net.JoinHostPort(md.Address, md.Port)]
+		return pm, ok
+	})
+}
+
+// setMetrics gives each endpoint the metrics pick returns for it (a copy,
+// now and to the data source's later polls); an endpoint pick has none
+// for keeps what it reported.
+func (e *EPP) setMetrics(pick func(*fwkdl.EndpointMetadata) (*fwkdl.Metrics, bool)) {
 	all := map[types.NamespacedName]*fwkdl.Metrics{}
 	for _, ep := range e.ds.PodList(datastore.AllPodsPredicate) {
 		md := ep.GetMetadata()
-		pm, ok := m[net.JoinHostPort(md.Address, md.Port)]
+		pm, ok := pick(md)
 		if !ok {
 			pm = ep.GetMetrics()
 		}

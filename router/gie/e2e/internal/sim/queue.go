@@ -44,15 +44,15 @@ func (q *prefillQueues) admit(pod int, at, svc time.Duration, blocks int) time.D
 	return q.free[pod] - at
 }
 
-// metrics returns, per pod, base's copy with the queue at trace time t: as
-// vLLM's metrics, WaitingQueueSize counts the requests admitted but not
+// metrics returns, per pod, base's copy with the queue at trace time t, as
+// vLLM's metrics: WaitingQueueSize counts the requests admitted but not
 // yet started (vllm:num_requests_waiting; one arriving after t is not
-// there yet), RunningRequestsSize the one
-// prefilling (vllm:num_requests_running), and KVCacheUsagePercent, a
-// fraction in [0, 1] as GIE reads it, the GPU blocks the running request
-// holds (vllm:kv_cache_usage_perc; the cached prefix blocks no request
-// uses are free to evict, so they are not counted). t must not decrease
-// between calls.
+// there yet), RunningRequestsSize the one prefilling
+// (vllm:num_requests_running), and KVCacheUsagePercent, a fraction in
+// [0, 1] as GIE reads it, the GPU blocks the running request holds
+// (vllm:kv_cache_usage_perc; the cached prefix blocks no request uses are
+// free to evict, so they are not counted). t must not decrease between
+// calls.
 func (q *prefillQueues) metrics(t time.Duration, base *fwkdl.Metrics) []*fwkdl.Metrics {
 	out := make([]*fwkdl.Metrics, len(q.pending))
 	for p, pend := range q.pending {

@@ -258,7 +258,16 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 		}
 		feeder <- g.Wait()
 	}()
-	for kvs := range results {
+	// waited is how long this goroutine waited for etcd: most of the
+	// list when reading bounds it, little when building the index does.
+	var waited time.Duration
+	for {
+		w := time.Now()
+		kvs, ok := <-results
+		waited += time.Since(w)
+		if !ok {
+			break
+		}
 		apply(kvs)
 	}
 	if err := <-feeder; err != nil {
@@ -270,7 +279,7 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	d := time.Since(start)
 	r.m.listSeconds.Observe(d.Seconds())
 	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
-		"ranges", len(bounds)-1, "seconds", d.Seconds())
+		"ranges", len(bounds)-1, "seconds", d.Seconds(), "read_wait_seconds", waited.Seconds())
 	return ix, nil
 }
 

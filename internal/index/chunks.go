@@ -106,6 +106,14 @@ func (ix *Index) deleteChunk(key string, prev []byte) error {
 // sorts of 64 words.
 func (ix *Index) diffChunk(id uint32, t tier.Tier, old, next keyspace.ChunkView) error {
 	if old.Len() == 0 {
+		// A new chunk: touch its keys' slots first, so their cache
+		// misses overlap.
+		m := &ix.eps[id].tbl.blocks
+		var sum uint32
+		for i, n := 0, next.Len(); i < n; i++ {
+			sum += m.touch(mix(next.Key(i)))
+		}
+		ix.touched += sum
 		for i, n := 0, next.Len(); i < n; i++ {
 			if _, err := ix.addRef(id, t, next.Key(i)); err != nil {
 				return err
@@ -155,14 +163,22 @@ func appendKeys(dst []uint64, c keyspace.ChunkView) []uint64 {
 // the endpoint on error; the caller does (maybeFree).
 func (ix *Index) addRef(id uint32, t tier.Tier, hash uint64) (bool, error) {
 	e := &ix.eps[id]
-	m := e.tbl.blocks
-	v := m[hash]
+	m := &e.tbl.blocks
+	k := mix(hash)
+	i, found := m.find(k)
+	var v uint32
+	if found {
+		v = m.vals[i]
+	}
 	nv, added, err := ix.sets.add(v, id, tierBit(t))
 	if err != nil {
 		return false, err
 	}
-	if nv != v {
-		m[hash] = nv
+	switch {
+	case !found:
+		m.insertAt(i, k, nv)
+	case nv != v:
+		m.vals[i] = nv
 	}
 	if added {
 		e.blocks[t-1]++
@@ -193,19 +209,20 @@ func (ix *Index) dropRef(id uint32, t tier.Tier, hash uint64) {
 		}
 	}
 	e := &ix.eps[id]
-	m := e.tbl.blocks
-	v, ok := m[hash]
+	m := &e.tbl.blocks
+	i, ok := m.find(mix(hash))
 	if !ok {
 		return
 	}
+	v := m.vals[i]
 	nv, removed := ix.sets.remove(v, id, tierBit(t))
 	if !removed {
 		return
 	}
 	if nv == 0 {
-		delete(m, hash)
+		m.deleteAt(i)
 	} else if nv != v {
-		m[hash] = nv
+		m.vals[i] = nv
 	}
 	e.blocks[t-1]--
 	ix.entries--

@@ -12,9 +12,10 @@
 // the caller passes (etcd's prev_kv); the index keeps no chunk state
 // (chunks.go, and DESIGN "Reads (indexd)" for the measured reason).
 //
-// Layout: endpoints interned to integer IDs, per model one
-// map[uint64]uint32 from block hash to an inline (endpoint, tier mask) or
-// an endpoint set in a pointer-free arena (set.go). Lookup walks the hashes
+// Layout: endpoints interned to integer IDs, per model one block hash ->
+// slot value table (an ordered linear-probing table of two flat arrays,
+// blockmap.go) whose value is an inline (endpoint, tier mask) or an
+// endpoint set in a pointer-free arena (set.go). Lookup walks the hashes
 // in order keeping the shrinking set of endpoints still matching and stops
 // when it is empty. Memory and speed are measured against the goals of
 // DESIGN "Performance goals" (BENCHMARKS.md).

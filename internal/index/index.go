@@ -20,7 +20,7 @@ import (
 //
 // Layout (DESIGN "Reads", goal 48 bytes per (block, endpoint, tier)):
 // endpoints are interned to small integer IDs; each model has one
-// map[uint64]uint32 from block hash to a slot value that holds a single
+// blockMap (blockmap.go) from block hash to a slot value that holds a single
 // endpoint and its tier mask inline, or the offset of a sorted endpoint set
 // in a pointer-free arena (setArena) for blocks several endpoints hold. A
 // (block, endpoint) held in several tiers costs nothing extra, and no
@@ -53,11 +53,13 @@ type Index struct {
 	dups map[dupKey]uint32
 	// keysA and keysB are putChunk's sort buffers.
 	keysA, keysB []uint64
+	// touched keeps diffChunk's touching loads live.
+	touched uint32
 }
 
 // table is one model's blocks.
 type table struct {
-	blocks map[uint64]uint32
+	blocks blockMap
 	// endpoints counts the model's interned endpoints; the table goes when
 	// the last one does.
 	endpoints int
@@ -196,7 +198,7 @@ func (ix *Index) Stats() Stats {
 		s.Duplicates += int(n)
 	}
 	for _, t := range ix.tables {
-		s.Blocks += len(t.blocks)
+		s.Blocks += t.blocks.len()
 	}
 	return s
 }
@@ -440,7 +442,7 @@ func (ix *Index) intern(ep keyspace.Endpoint, prefix string) (uint32, error) {
 	ep = keyspace.Endpoint{Model: strings.Clone(ep.Model), Pod: strings.Clone(ep.Pod), Rank: ep.Rank}
 	tbl := ix.tables[ep.Model]
 	if tbl == nil {
-		tbl = &table{blocks: make(map[uint64]uint32)}
+		tbl = &table{}
 		ix.tables[ep.Model] = tbl
 	}
 	tbl.endpoints++
@@ -718,8 +720,8 @@ func (ix *Index) lookupLocked(sc *Scratch, tbl *table, hashes []uint64, cands []
 	if tbl == nil || len(hashes) == 0 {
 		return
 	}
-	m := tbl.blocks
-	v := m[hashes[0]]
+	m := &tbl.blocks
+	v := m.get(mix(hashes[0]))
 	if v == 0 {
 		return
 	}
@@ -737,7 +739,7 @@ func (ix *Index) lookupLocked(sc *Scratch, tbl *table, hashes []uint64, cands []
 // returns done, one entry per endpoint with the number of blocks it
 // matched, and col extended by, per block, the best tier of each endpoint
 // still alive there, in ID order.
-func (ix *Index) walk(sc *Scratch, m map[uint64]uint32, hashes []uint64, alive []uint32, col []tier.Tier) ([]doneMatch, []tier.Tier) {
+func (ix *Index) walk(sc *Scratch, m *blockMap, hashes []uint64, alive []uint32, col []tier.Tier) ([]doneMatch, []tier.Tier) {
 	done := sc.done
 	vals := sc.vals
 	words := ix.sets.words
@@ -750,7 +752,7 @@ outer:
 		vals = vals[:0]
 		var touch uint32
 		for _, h := range hashes[i:end] {
-			v := m[h]
+			v := m.get(mix(h))
 			vals = append(vals, v)
 			if v&multiBit != 0 {
 				touch += words[v&^multiBit]

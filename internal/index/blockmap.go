@@ -15,8 +15,9 @@ import "math/bits"
 // Layout: ordered linear probing (Amble and Knuth, "Ordered hash
 // tables", 1974) over two pointer-free arrays, keys and vals. A block hash
 // h is stored as k = mix(h), a bijection, so engine hashes with little
-// entropy in some bits still spread; k's home slot is its top bits
-// (k >> shift). Occupied slots hold strictly increasing k in array order,
+// entropy in some bits still spread; k's home slot is k scaled to the
+// home slots (the high word of k × homes, so any number of them, in k's
+// order). Occupied slots hold strictly increasing k in array order,
 // each at or after its home slot with no empty slot in between, so:
 //
 //   - a search walks from k's home slot and stops at k, at an empty slot,
@@ -25,19 +26,22 @@ import "math/bits"
 //     the cluster;
 //   - the table does not wrap: a cluster that runs past the last home slot
 //     continues in a tail that grows as needed;
-//   - growing to twice the home slots keeps every key's order and maps
-//     slot i near 2i, so a rehash is one sequential pass over both tables
-//     (appendSorted).
+//   - growing keeps every key's order, so a rehash is one sequential pass
+//     over both tables (appendSorted).
 //
-// The load limit is 4/5 of the home slots. Not safe for concurrent
+// The load limit is 7/8 of the home slots (a search still stops early),
+// and the map grows by half: a Go map grows a small table at a time, and
+// doubling a map this size would leave it between 7/16 and 7/8 full, up
+// to 2× the heap for the same blocks; growing by half keeps it between
+// 7/12 and 7/8. Not safe for concurrent
 // mutation; the index's write lock covers it.
 type blockMap struct {
 	keys []uint64
 	vals []uint32
-	// n counts occupied slots; shift is 64 - log2(home slots) (unused
-	// while keys is nil: the map has no slots yet).
-	n     int
-	shift uint
+	// n counts occupied slots; nhomes is the home slots (0 while keys is
+	// nil: the map has no slots yet).
+	n      int
+	nhomes uint64
 }
 
 const (
@@ -58,15 +62,14 @@ func mix(h uint64) uint64 { return (h ^ h>>32) * 0x9e3779b97f4a7c15 }
 func (m *blockMap) len() int { return m.n }
 
 // homes returns the number of home slots (0 before the first insert).
-func (m *blockMap) homes() int {
-	if m.keys == nil {
-		return 0
-	}
-	return 1 << (64 - m.shift)
-}
+func (m *blockMap) homes() int { return int(m.nhomes) }
 
-// home returns stored key k's home slot: its top bits.
-func (m *blockMap) home(k uint64) int { return int(k >> m.shift) }
+// home returns stored key k's home slot: k scaled to the home slots,
+// keeping k's order.
+func (m *blockMap) home(k uint64) int {
+	hi, _ := bits.Mul64(k, m.nhomes)
+	return int(hi)
+}
 
 // get returns the slot value of stored key k, or 0 when the map does not
 // hold it.
@@ -121,7 +124,7 @@ func (m *blockMap) find(k uint64) (int, bool) {
 // insertAt inserts key k with value v (non-zero) at slot i, which find
 // returned for k with false, shifting the rest of the cluster one slot on.
 func (m *blockMap) insertAt(i int, k uint64, v uint32) {
-	if m.n+1 > m.homes()/5*4 {
+	if m.n+1 > m.homes()*7/8 {
 		m.grow()
 		i, _ = m.find(k)
 	}
@@ -153,20 +156,20 @@ func (m *blockMap) deleteAt(i int) {
 	m.n--
 	if m.n == 0 {
 		// Let an emptied model's arrays go.
-		m.keys, m.vals, m.shift = nil, nil, 0
+		m.keys, m.vals, m.nhomes = nil, nil, 0
 	}
 }
 
-// grow doubles the home slots (or makes the first ones).
-func (m *blockMap) grow() { m.resize(max(blockMapMinHomes, 2*m.homes())) }
+// grow adds half the home slots (or makes the first ones).
+func (m *blockMap) grow() { m.resize(max(blockMapMinHomes, m.homes()/2*3)) }
 
-// resize moves every key to arrays of homes home slots (a power of two,
-// at least the present ones), in one pass, in order.
+// resize moves every key to arrays of homes home slots (at least the
+// present ones), in one pass, in order.
 func (m *blockMap) resize(homes int) {
 	old, oldVals := m.keys, m.vals
 	m.keys = make([]uint64, homes+blockMapTail)
 	m.vals = make([]uint32, homes+blockMapTail)
-	m.shift = uint(64 - bits.TrailingZeros(uint(homes)))
+	m.nhomes = uint64(homes)
 	m.n = 0
 	next := 0
 	for j, v := range oldVals {

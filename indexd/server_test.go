@@ -278,7 +278,18 @@ func TestMalformedKeysCounted(t *testing.T) {
 	if len(got) != 1 || got[0].Blocks != 2 {
 		t.Fatalf("the index did not go on after malformed keys: %+v", got)
 	}
-	for kind, want := range map[string]float64{"chunks": 5, "blocks": 1, "unknown": 1, "endpoints": 1} {
+	wants := map[string]float64{"chunks": 5, "blocks": 1, "unknown": 1, "endpoints": 1}
+	// The reflector counts a watch response's bad keys once the response
+	// is applied, so a Lookup can see its last revision first.
+	waitFor(t, "the malformed keys counted", func() bool {
+		for kind, want := range wants {
+			if r.counter(t, r.srv.m.malformed.WithLabelValues(kind)) < want {
+				return false
+			}
+		}
+		return true
+	})
+	for kind, want := range wants {
 		if n := r.counter(t, r.srv.m.malformed.WithLabelValues(kind)); n != want {
 			t.Errorf("malformed_total{kind=%s} = %v, want %v", kind, n, want)
 		}

@@ -4,8 +4,8 @@ import "math/bits"
 
 // blockMap is a model table's block hash -> slot value map (set.go's
 // encoding; the value 0 means absent and is never stored). It replaced a
-// Go map[uint64]uint32 for what was measured (BENCHMARKS.md "Keyspace
-// v2: reader"): a Go map's slots take 16 bytes (8-byte key, 4-byte value,
+// Go map[uint64]uint32 for what was measured (BENCHMARKS.md "The block
+// table"): a Go map's slots take 16 bytes (8-byte key, 4-byte value,
 // padding) where two flat arrays take 12; the map cannot tell where a key
 // will land before the insert, so a chunk's 64 inserts cannot start their
 // cache misses together (touch), which is most of a cold start's build;
@@ -33,8 +33,8 @@ import "math/bits"
 // and the map grows by half: a Go map grows a small table at a time, and
 // doubling a map this size would leave it between 7/16 and 7/8 full, up
 // to 2× the heap for the same blocks; growing by half keeps it between
-// 7/12 and 7/8. Not safe for concurrent
-// mutation; the index's write lock covers it.
+// 7/12 and 7/8. Not safe for concurrent mutation; the index's write lock
+// covers it.
 type blockMap struct {
 	keys []uint64
 	vals []uint32
@@ -55,7 +55,7 @@ const (
 // mix is the bijection from a block hash to its stored key: an
 // xor-shift and a multiplication by an odd constant (the golden-ratio
 // one of Fibonacci hashing), both invertible, so every bit of h reaches
-// the top bits that pick the home slot.
+// the high bits that pick the home slot.
 func mix(h uint64) uint64 { return (h ^ h>>32) * 0x9e3779b97f4a7c15 }
 
 // len returns the number of blocks the map holds.

@@ -72,7 +72,9 @@ func (m *blockMap) home(k uint64) int {
 }
 
 // get returns the slot value of stored key k, or 0 when the map does not
-// hold it.
+// hold it. It is find's walk written out, not a call of find: so it stays
+// small enough to inline into Lookup's probe loop (a call of find is not,
+// and measured 0-5% slower per hash).
 func (m *blockMap) get(k uint64) uint32 {
 	if m.n == 0 {
 		return 0
@@ -134,8 +136,7 @@ func (m *blockMap) insertAt(i int, k uint64, v uint32) {
 		e++
 	}
 	if e == len(m.vals) {
-		m.keys = append(m.keys, make([]uint64, blockMapTail)...)
-		m.vals = append(m.vals, make([]uint32, blockMapTail)...)
+		m.growTail()
 	}
 	copy(m.keys[i+1:e+1], m.keys[i:e])
 	copy(m.vals[i+1:e+1], m.vals[i:e])
@@ -185,10 +186,16 @@ func (m *blockMap) resize(homes int) {
 func (m *blockMap) appendSorted(next int, k uint64, v uint32) int {
 	i := max(next, m.home(k))
 	if i >= len(m.keys) {
-		m.keys = append(m.keys, make([]uint64, blockMapTail)...)
-		m.vals = append(m.vals, make([]uint32, blockMapTail)...)
+		m.growTail()
 	}
 	m.keys[i], m.vals[i] = k, v
 	m.n++
 	return i + 1
+}
+
+// growTail adds blockMapTail empty slots past the end of the arrays, for
+// a cluster that runs into it.
+func (m *blockMap) growTail() {
+	m.keys = append(m.keys, make([]uint64, blockMapTail)...)
+	m.vals = append(m.vals, make([]uint32, blockMapTail)...)
 }

@@ -203,10 +203,14 @@ func (r *reflector) listAndWatch(ctx context.Context, st *listWatchState) (progr
 func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	start := time.Now()
 	ix := index.New(r.ks)
+	// The index is not published until the list is in: the loader queues
+	// the chunks' entries as they arrive and builds the tables at the end
+	// (internal/index, load.go).
+	ld := ix.Loader()
 	var bad []badKey
 	apply := func(kvs []*mvccpb.KeyValue) {
 		for _, kv := range kvs {
-			if kind, err := ix.ApplyPut(bytesString(kv.Key), nil, kv.Value); err != nil {
+			if kind, err := ld.ApplyPut(bytesString(kv.Key), kv.Value); err != nil {
 				bad = appendBad(bad, kind, kv.Key, err)
 			}
 		}
@@ -273,13 +277,18 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	if err := <-feeder; err != nil {
 		return nil, err
 	}
+	built := time.Now()
+	if err := ld.Finish(); err != nil {
+		bad = appendBad(bad, keyspace.KindChunk, []byte(chunks), err)
+	}
 	ix.Write(rev, func() {})
 	r.logBad(bad, "listing")
 	st := ix.Stats()
 	d := time.Since(start)
 	r.m.listSeconds.Observe(d.Seconds())
 	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
-		"ranges", len(bounds)-1, "seconds", d.Seconds(), "read_wait_seconds", waited.Seconds())
+		"ranges", len(bounds)-1, "seconds", d.Seconds(), "read_wait_seconds", waited.Seconds(),
+		"build_seconds", time.Since(built).Seconds())
 	return ix, nil
 }
 

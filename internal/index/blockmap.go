@@ -56,7 +56,19 @@ const (
 // xor-shift and a multiplication by an odd constant (the golden-ratio
 // one of Fibonacci hashing), both invertible, so every bit of h reaches
 // the high bits that pick the home slot.
-func mix(h uint64) uint64 { return (h ^ h>>32) * 0x9e3779b97f4a7c15 }
+func mix(h uint64) uint64 { return (h ^ h>>32) * mixMul }
+
+// mixMul is mix's multiplier; mixInv is its inverse modulo 2^64.
+const (
+	mixMul = 0x9e3779b97f4a7c15
+	mixInv = 0xf1de83e19937733d
+)
+
+// unmix inverts mix: unmix(mix(h)) == h for every h.
+func unmix(k uint64) uint64 {
+	x := k * mixInv
+	return x ^ x>>32
+}
 
 // len returns the number of blocks the map holds.
 func (m *blockMap) len() int { return m.n }

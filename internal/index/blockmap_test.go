@@ -141,3 +141,17 @@ func setKey(m *blockMap, k uint64, v uint32) {
 		m.insertAt(i, k, v)
 	}
 }
+
+// TestUnmix checks that unmix inverts mix (the loader stores mixed keys
+// and gives the duplicate holds their block hash back).
+func TestUnmix(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 5))
+	for _, h := range append([]uint64{0, 1, 1 << 63, ^uint64(0), 0xdeadbeef}, rng.Uint64(), rng.Uint64(), rng.Uint64()) {
+		if got := unmix(mix(h)); got != h {
+			t.Fatalf("unmix(mix(%#x)) = %#x", h, got)
+		}
+	}
+	if mul, inv := uint64(mixMul), uint64(mixInv); mul*inv != 1 {
+		t.Fatal("mixInv is not mixMul's inverse modulo 2^64")
+	}
+}

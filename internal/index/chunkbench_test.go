@@ -386,3 +386,38 @@ func BenchmarkListChunks(b *testing.B) {
 	}
 	tm.Report(b, "entry", "map")
 }
+
+// BenchmarkLoadChunks is BenchmarkListChunks with the list applied as a
+// cold start now applies it, through a Loader (load.go): the same 1M
+// entries' chunk puts queued, then Finish. Same reference and metrics.
+func BenchmarkLoadChunks(b *testing.B) {
+	const n = 1_000_000
+	ops, _, keys := traceChunks(b, n, true)
+	hashes := make([]uint64, 0, n)
+	keys(func(h uint64) { hashes = append(hashes, h) })
+	var tm paired.Timer
+	for b.Loop() {
+		var ix *index.Index
+		tm.Step(n, func() {
+			ix = index.New(keyspace.Default())
+			ld := ix.Loader()
+			for _, op := range ops {
+				if _, err := ld.ApplyPut(op.Key, op.Value); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := ld.Finish(); err != nil {
+				b.Fatal(err)
+			}
+		}, func() {
+			m := make(map[uint64]uint32)
+			for _, h := range hashes {
+				m[h]++
+			}
+		})
+		if got := ix.Stats().Entries; got != n {
+			b.Fatalf("index holds %d entries, want %d", got, n)
+		}
+	}
+	tm.Report(b, "entry", "map")
+}

@@ -69,8 +69,7 @@ func (q *loadQueue) push(it loadItem) {
 
 const (
 	// loadBucketEntries is the entries Finish aims to put in one bucket:
-	// their slots (12 bytes each, at the load Finish leaves) then span a
-	// few KiB of the table, which the bucket's inserts keep in the cache.
+	// few enough for sortLoadItems to sort them by insertion.
 	loadBucketEntries = 16
 	// loadMaxBucketBits bounds the buckets of one table (2^18 counters,
 	// 2 MiB).
@@ -199,9 +198,9 @@ func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 	for i := 0; i < len(items); {
 		k := items[i].k
 		var v uint32
+		h := unmix(k)
 		for ; i < len(items) && items[i].k == k; i++ {
-			id, t := loadID(items[i].ref), loadTier(items[i].ref)
-			nv, added, err := ix.sets.add(v, id, tierBit(t))
+			nv, _, err := ix.hold(v, loadID(items[i].ref), loadTier(items[i].ref), h)
 			if err != nil {
 				skipped++
 				if first == nil {
@@ -210,15 +209,6 @@ func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 				continue
 			}
 			v = nv
-			if added {
-				ix.eps[id].blocks[t-1]++
-				ix.entries++
-				continue
-			}
-			if ix.dups == nil {
-				ix.dups = make(map[dupKey]uint32)
-			}
-			ix.dups[dupKey{hash: unmix(k), id: id, t: t}]++
 		}
 		if v != 0 {
 			next = m.appendSorted(next, k, v)

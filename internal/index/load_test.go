@@ -156,23 +156,11 @@ func compareIndexes(t *testing.T, what string, want, got *index.Index, puts []li
 	checkCounts(t, got)
 }
 
-// TestLoaderThenWatch applies a watched revision on top of a loaded index
-// and on top of the same index applied put by put: a loaded table must
-// take later inserts and deletes as any other (its presized and shrunk
-// arrays keep blockMap's layout).
-func TestLoaderThenWatch(t *testing.T) {
-	ks := keyspace.Default()
-	ep := keyspace.Endpoint{Model: "m", Pod: "p"}
-	var entries []keyspace.ChunkEntry
-	for i := range 3000 {
-		entries = append(entries, keyspace.ChunkEntry{Key: uint64(i) * 0x9e3779b97f4a7c15})
-	}
-	var puts []listPut
-	for seq := 0; seq*64 < len(entries); seq++ {
-		es := entries[seq*64 : min(len(entries), (seq+1)*64)]
-		puts = append(puts, listPut{key: ks.ChunkKey(ep, tier.GPU, uint64(seq)), value: keyspace.AppendChunkValue(nil, es, false)})
-	}
-	want, got := index.New(ks), index.New(ks)
+// buildTwice builds an index from puts, all well-formed, at revision 1
+// twice: want put by put with ApplyPut, got with a Loader.
+func buildTwice(t *testing.T, ks keyspace.Keyspace, puts []listPut) (want, got *index.Index) {
+	t.Helper()
+	want, got = index.New(ks), index.New(ks)
 	want.Write(1, func() {
 		for _, p := range puts {
 			if _, err := want.ApplyPut(p.key, nil, p.value); err != nil {
@@ -191,6 +179,26 @@ func TestLoaderThenWatch(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	return want, got
+}
+
+// TestLoaderThenWatch applies a watched revision on top of a loaded index
+// and on top of the same index applied put by put: a loaded table must
+// take later inserts and deletes as any other (the arrays it sized and
+// filled in one pass keep blockMap's layout).
+func TestLoaderThenWatch(t *testing.T) {
+	ks := keyspace.Default()
+	ep := keyspace.Endpoint{Model: "m", Pod: "p"}
+	var entries []keyspace.ChunkEntry
+	for i := range 3000 {
+		entries = append(entries, keyspace.ChunkEntry{Key: uint64(i) * 0x9e3779b97f4a7c15})
+	}
+	var puts []listPut
+	for seq := 0; seq*64 < len(entries); seq++ {
+		es := entries[seq*64 : min(len(entries), (seq+1)*64)]
+		puts = append(puts, listPut{key: ks.ChunkKey(ep, tier.GPU, uint64(seq)), value: keyspace.AppendChunkValue(nil, es, false)})
+	}
+	want, got := buildTwice(t, ks, puts)
 	// Delete every other chunk, then add a chunk of new keys.
 	var fresh []keyspace.ChunkEntry
 	for i := range 64 {
@@ -240,25 +248,7 @@ func TestLoaderSortsOnSeveralGoroutines(t *testing.T) {
 		}
 		puts = append(puts, listPut{key: ks.ChunkKey(ep, tier.All[seq%2], uint64(seq)), value: keyspace.AppendChunkValue(nil, es, false)})
 	}
-	want, got := index.New(ks), index.New(ks)
-	want.Write(1, func() {
-		for _, p := range puts {
-			if _, err := want.ApplyPut(p.key, nil, p.value); err != nil {
-				t.Fatal(err)
-			}
-		}
-	})
-	got.Write(1, func() {
-		ld := got.Loader()
-		for _, p := range puts {
-			if _, err := ld.ApplyPut(p.key, p.value); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := ld.Finish(); err != nil {
-			t.Fatal(err)
-		}
-	})
+	want, got := buildTwice(t, ks, puts)
 	if n := len(puts) * keyspace.MaxChunkEntries; n < 1<<16 {
 		t.Fatalf("the list has %d entries, too few for the parallel sort", n)
 	}

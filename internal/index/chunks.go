@@ -187,7 +187,7 @@ func (ix *Index) addRef(id uint32, t tier.Tier, hash uint64) (bool, error) {
 // (0 for a block the table does not hold) and returns the new slot value
 // and whether the (block, endpoint, tier) became present: counted in the
 // endpoint's and the index's entries, or else as a duplicate hold. The
-// caller stores the slot value (addRef, or the Loader's pass).
+// caller stores the slot value (addRef).
 func (ix *Index) hold(v, id uint32, t tier.Tier, hash uint64) (uint32, bool, error) {
 	nv, added, err := ix.sets.add(v, id, tierBit(t))
 	if err != nil {

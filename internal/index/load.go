@@ -24,10 +24,10 @@ import (
 // and the table grows many times on the way. The Loader queues each
 // chunk's entries instead (a sequential append, while the list's later
 // ranges are still being read), and Finish builds each model's table in
-// key order (loadQueue): measured at 1M entries, 0.51-0.56× a bare Go
-// map insert per entry where put by put takes 1.09-1.12× in the same
-// run, and a cold start ready in 101-124 ms where it was 134-215 ms,
-// alternating the two in one session.
+// key order (loadQueue), every step but the last spread over the cores:
+// measured at 1M entries, 0.36-0.37× a bare Go map insert per entry,
+// where the same build on one goroutine but for the sort took
+// 0.56-0.58× and put by put 1.09-1.12×.
 //
 // A Loader holds the index's write side until Finish: the index must not
 // be read, written or published meanwhile. Put it only on an index no
@@ -173,52 +173,226 @@ func (l *Loader) Finish() error {
 }
 
 // loadQueue inserts q's entries into their table. A table that holds no
-// block yet (every table of a cold start) is built in order: the queue is
-// cut into buckets by key, the buckets are sorted on up to GOMAXPROCS
-// goroutines (each bucket is one goroutine's), the table is sized for the
-// distinct keys found (load 3/4), and one pass appends the keys in order,
-// each key's holders gathered into its slot value: no search, no shift,
-// one sequential walk of the table. A table with blocks takes the entries
-// one by one, bucket by bucket. It returns the entries it skipped and the
+// block yet (every table of a cold start) is built in order, on up to
+// loadWorkers goroutines, each owning a contiguous run of keys:
+//
+//  1. bucketed cuts the queue into buckets by key (each goroutine counts
+//     and scatters its share of the queue);
+//  2. sortBuckets sorts each run's buckets and counts its distinct keys
+//     and the set-arena words its multi-holder blocks need;
+//  3. the table is sized once for the distinct keys (load 3/4) and the
+//     arena grown once for the sets, each run given its own part of it;
+//  4. each run appends its keys in order into its own part of the table
+//     (fillRun), each key's holders gathered into one slot value, and
+//     keeps aside the few that a cluster pushes past the part's end;
+//  5. settleSpills places those, shifting the next part's first cluster.
+//
+// No step searches, shifts a cluster or grows a set one member at a time.
+// A table with blocks takes the entries one by one (loadEach), and so do
+// the entries whose sets the arena has no room for, so ErrFull skips
+// exactly what ApplyPut would. It returns the entries it skipped and the
 // first error.
 func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 	if q.n == 0 {
 		return 0, nil
 	}
 	m := &q.tbl.blocks
-	items, starts := q.bucketed()
+	workers := loadWorkers(q.n)
+	items, starts := q.bucketed(workers)
 	if m.n > 0 {
 		return ix.loadEach(m, items)
 	}
-	distinct := sortBuckets(items, starts)
+	runs := sortBuckets(items, starts, workers)
+	var distinct, words int
+	for _, r := range runs {
+		distinct += r.distinct
+		words += r.words
+	}
+	a := &ix.sets
+	if len(a.words)+words > int(maxSetOffset) {
+		return ix.loadEach(m, items)
+	}
 	m.resize(max(blockMapMinHomes, distinct*4/3+1))
-	var skipped int
-	var first error
-	next := 0
-	for i := 0; i < len(items); {
-		k := items[i].k
-		var v uint32
-		h := unmix(k)
-		for ; i < len(items) && items[i].k == k; i++ {
-			nv, _, err := ix.hold(v, loadID(items[i].ref), loadTier(items[i].ref), h)
-			if err != nil {
-				skipped++
-				if first == nil {
-					first = err
-				}
-				continue
-			}
-			v = nv
-		}
-		if v != 0 {
-			next = m.appendSorted(next, k, v)
+	arena := len(a.words)
+	a.words = append(a.words, make([]uint32, words)...)
+	a.live += words
+	nb := len(starts) - 1
+	shift := loadShift(nb)
+	for i := range runs {
+		r := &runs[i]
+		r.arena = arena
+		arena += r.words
+		r.limit = len(m.keys)
+		if r.to < nb {
+			// The next run's smallest possible key's home: every key
+			// of r is smaller, so homes below it (bits.Mul64 keeps
+			// order), and the next run writes from it on.
+			r.limit = m.home(uint64(r.to) << shift)
 		}
 	}
-	return skipped, first
+	parallel(len(runs), func(w int) { ix.fillRun(m, items, starts, &runs[w]) })
+	m.settleSpills(runs)
+	for i := range runs {
+		r := &runs[i]
+		m.n += r.placed
+		ix.entries += r.entries
+		for ref, n := range r.held {
+			if n > 0 {
+				ix.eps[loadID(uint32(ref))].blocks[loadTier(uint32(ref))-1] += n
+			}
+		}
+		for k, n := range r.dups {
+			if ix.dups == nil {
+				ix.dups = make(map[dupKey]uint32)
+			}
+			ix.dups[k] += n
+		}
+	}
+	return 0, nil
 }
 
-// loadEach adds items one by one (addRef) to m, a table that already
-// holds blocks, grown first for all of them.
+// loadRun is one goroutine's share of a table's build: buckets [from, to)
+// of the bucketed queue, what sortBuckets counted in them, and what
+// fillRun did with them.
+type loadRun struct {
+	from, to int
+	// distinct is the distinct keys of the run; words the arena words
+	// their sets take (1+classCap of each set's class).
+	distinct, words int
+	// arena is the first word of the run's part of the set arena; limit
+	// the first slot of the table past the run's part.
+	arena, limit int
+	// placed is the keys fillRun stored, entries the (block, endpoint,
+	// tier) among them; held counts those per queued ref (endpoint and
+	// tier) and dups the duplicate holds, as hold would.
+	placed  int
+	entries uint64
+	held    []uint64
+	dups    map[dupKey]uint32
+	// spill holds the run's last keys, in order, whose slots fell at or
+	// past limit: settleSpills places them.
+	spill []loadSlot
+}
+
+// loadSlot is a key and its slot value, waiting for a slot.
+type loadSlot struct {
+	k uint64
+	v uint32
+}
+
+// fillRun appends run r's keys, in order, to m (sized and empty) from the
+// first home slot of the run's part, each at its home slot or after the
+// previous key, whichever is later, and each key's holders gathered into
+// its slot value: an inline value for one endpoint, else a set written
+// into the run's part of the arena. A key whose slot would be at or past
+// r.limit goes to r.spill instead. Runs write disjoint slots and arena
+// words, so they run at once.
+func (ix *Index) fillRun(m *blockMap, items []loadItem, starts []int, r *loadRun) {
+	words := ix.sets.words
+	off := uint32(r.arena)
+	r.held = make([]uint64, len(ix.eps)<<loadTierBits)
+	var members []uint32
+	next := 0
+	end := starts[r.to]
+	for i := starts[r.from]; i < end; {
+		k := items[i].k
+		var v uint32
+		if i+1 == end || items[i+1].k != k {
+			// One holder: the common case, decided without a loop.
+			ref := items[i].ref
+			v = inlineValue(loadID(ref), tierBit(loadTier(ref)))
+			r.held[ref]++
+			r.entries++
+			i++
+		} else {
+			members = members[:0]
+			last := ^uint32(0)
+			for ; i < end && items[i].k == k; i++ {
+				ref := items[i].ref
+				id, t := loadID(ref), loadTier(ref)
+				if ref == last {
+					if r.dups == nil {
+						r.dups = make(map[dupKey]uint32)
+					}
+					r.dups[dupKey{hash: unmix(k), id: id, t: t}]++
+					continue
+				}
+				last = ref
+				r.held[ref]++
+				r.entries++
+				if n := len(members); n > 0 && valueID(members[n-1]) == id {
+					members[n-1] |= tierBit(t)
+				} else {
+					members = append(members, inlineValue(id, tierBit(t)))
+				}
+			}
+			if len(members) == 1 {
+				v = members[0]
+			} else {
+				c := classFor(len(members))
+				words[off] = c<<classShift | uint32(len(members))
+				copy(words[off+1:], members)
+				v = multiBit | off
+				off += 1 + uint32(classCap(c))
+			}
+		}
+		pos := max(next, m.home(k))
+		if pos >= r.limit {
+			r.spill = append(r.spill, loadSlot{k: k, v: v})
+		} else {
+			m.keys[pos], m.vals[pos] = k, v
+		}
+		next = pos + 1
+		r.placed++
+	}
+}
+
+// settleSpills places the keys fillRun kept aside, in key order: from the
+// first slot past a run's part it walks the slots, putting the oldest
+// waiting key in each and taking the slot's own key, if any, into the
+// wait, until none waits. Crossing into a later run's part adds that
+// run's spill behind what waits. So each key moves only later, the keys
+// stay sorted, and a cluster stays unbroken from each key's home to its
+// slot: blockMap's layout, as if one goroutine had appended them all.
+func (m *blockMap) settleSpills(runs []loadRun) {
+	var wait []loadSlot
+	head := 0
+	i := 0
+	next := 0 // the first run whose spill is not yet waiting
+	for {
+		if head == len(wait) {
+			wait, head = wait[:0], 0
+			for next < len(runs) && len(runs[next].spill) == 0 {
+				next++
+			}
+			if next == len(runs) {
+				return
+			}
+			i = runs[next].limit
+			wait = append(wait, runs[next].spill...)
+			next++
+			continue
+		}
+		if next < len(runs) && i >= runs[next].limit {
+			wait = append(wait, runs[next].spill...)
+			next++
+			continue
+		}
+		if i >= len(m.keys) {
+			m.growTail()
+		}
+		if m.vals[i] != 0 {
+			wait = append(wait, loadSlot{k: m.keys[i], v: m.vals[i]})
+		}
+		m.keys[i], m.vals[i] = wait[head].k, wait[head].v
+		head++
+		i++
+	}
+}
+
+// loadEach adds items one by one (addRef) to m, grown first for all of
+// them: for a table that already holds blocks, or entries the arena has
+// no room to build sets for at once.
 func (ix *Index) loadEach(m *blockMap, items []loadItem) (int, error) {
 	if need := (m.n + len(items)) * 8 / 7; m.homes() < need {
 		m.resize(need)
@@ -236,72 +410,119 @@ func (ix *Index) loadEach(m *blockMap, items []loadItem) (int, error) {
 	return skipped, first
 }
 
+// loadParallelMin is the fewest entries of one table that Finish spreads
+// over more than one goroutine.
+const loadParallelMin = 1 << 16
+
+// loadWorkers is the goroutines Finish builds a table of n queued entries
+// on: GOMAXPROCS from loadParallelMin entries, else one. A variable so
+// that tests can force several runs on small tables.
+var loadWorkers = func(n int) int {
+	if n < loadParallelMin {
+		return 1
+	}
+	return runtime.GOMAXPROCS(0)
+}
+
+// parallel calls f(0) ... f(n-1) at once, f(0) on this goroutine, and
+// returns when all have returned.
+func parallel(n int, f func(w int)) {
+	var wg sync.WaitGroup
+	for w := 1; w < n; w++ {
+		wg.Go(func() { f(w) })
+	}
+	f(0)
+	wg.Wait()
+}
+
+// loadShift is the shift that takes a stored key to its bucket among nb
+// (a power of two): the key's top log2(nb) bits. With one bucket it is 64,
+// and every key is in bucket 0 (x >> 64 == 0 in Go).
+func loadShift(nb int) uint { return uint(64 - bits.TrailingZeros(uint(nb))) }
+
 // bucketed moves q's entries into one slice, cut into buckets of about
 // loadBucketEntries by the high bits of their stored keys (bucket j is
-// items[starts[j]:starts[j+1]]), and empties q.
-func (q *loadQueue) bucketed() (items []loadItem, starts []int) {
+// items[starts[j]:starts[j+1]]), and empties q. Up to workers goroutines
+// each count and then scatter a share of q's blocks; within a bucket the
+// entries keep no particular order.
+func (q *loadQueue) bucketed(workers int) (items []loadItem, starts []int) {
 	b := min(bits.Len(uint(q.n/loadBucketEntries)), loadMaxBucketBits)
-	shift := uint(64 - b) // b == 0: every key in bucket 0 (x >> 64 == 0)
-	starts = make([]int, 1<<b+1)
-	for _, blk := range q.blocks {
-		for _, it := range blk {
-			starts[it.k>>shift+1]++
+	nb := 1 << b
+	shift := loadShift(nb)
+	workers = max(1, min(workers, len(q.blocks)))
+	share := func(w int) [][]loadItem {
+		return q.blocks[len(q.blocks)*w/workers : len(q.blocks)*(w+1)/workers]
+	}
+	// at[w][j] counts worker w's entries of bucket j, then becomes where
+	// its next one goes.
+	at := make([][]int, workers)
+	parallel(workers, func(w int) {
+		c := make([]int, nb)
+		for _, blk := range share(w) {
+			for _, it := range blk {
+				c[it.k>>shift]++
+			}
+		}
+		at[w] = c
+	})
+	starts = make([]int, nb+1)
+	pos := 0
+	for j := range nb {
+		starts[j] = pos
+		for w := range workers {
+			c := at[w][j]
+			at[w][j] = pos
+			pos += c
 		}
 	}
-	for i := 1; i < len(starts); i++ {
-		starts[i] += starts[i-1]
-	}
-	at := slices.Clone(starts[:len(starts)-1])
+	starts[nb] = pos
 	items = make([]loadItem, q.n)
-	for _, blk := range q.blocks {
-		for _, it := range blk {
-			j := it.k >> shift
-			items[at[j]] = it
-			at[j]++
+	parallel(workers, func(w int) {
+		c := at[w]
+		for _, blk := range share(w) {
+			for _, it := range blk {
+				j := it.k >> shift
+				items[c[j]] = it
+				c[j]++
+			}
 		}
-	}
+	})
 	q.blocks, q.n = nil, 0
 	return items, starts
 }
 
-// loadParallelMin is the fewest entries sortBuckets spreads over more
-// than one goroutine.
-const loadParallelMin = 1 << 16
-
 // sortBuckets sorts each bucket of items (see bucketed) by stored key,
-// then endpoint and tier, and returns the number of distinct keys. It
-// runs on up to GOMAXPROCS goroutines, each owning a contiguous run of
-// buckets, and returns once all are done.
-func sortBuckets(items []loadItem, starts []int) int {
-	workers := 1
-	if len(items) >= loadParallelMin {
-		workers = min(runtime.GOMAXPROCS(0), len(starts)-1)
-	}
-	counts := make([]int, workers)
-	var wg sync.WaitGroup
+// then endpoint and tier, on up to workers goroutines, each owning a
+// contiguous run of buckets, and returns the runs with their distinct
+// keys and the arena words their sets need counted.
+func sortBuckets(items []loadItem, starts []int, workers int) []loadRun {
 	nb := len(starts) - 1
-	for w := range workers {
-		from, to := nb*w/workers, nb*(w+1)/workers
-		wg.Go(func() {
-			n := 0
-			for j := from; j < to; j++ {
-				bucket := items[starts[j]:starts[j+1]]
-				sortLoadItems(bucket)
-				for i := range bucket {
-					if i == 0 || bucket[i].k != bucket[i-1].k {
-						n++
+	workers = max(1, min(workers, nb))
+	runs := make([]loadRun, workers)
+	parallel(workers, func(w int) {
+		r := &runs[w]
+		r.from, r.to = nb*w/workers, nb*(w+1)/workers
+		for j := r.from; j < r.to; j++ {
+			bucket := items[starts[j]:starts[j+1]]
+			sortLoadItems(bucket)
+			for i := 0; i < len(bucket); {
+				k := bucket[i].k
+				holders := 0
+				var last uint32
+				for ; i < len(bucket) && bucket[i].k == k; i++ {
+					if id := loadID(bucket[i].ref); holders == 0 || id != last {
+						holders++
+						last = id
 					}
 				}
+				r.distinct++
+				if holders > 1 {
+					r.words += 1 + classCap(classFor(holders))
+				}
 			}
-			counts[w] = n
-		})
-	}
-	wg.Wait()
-	var n int
-	for _, c := range counts {
-		n += c
-	}
-	return n
+		}
+	})
+	return runs
 }
 
 // loadInsertionMax is the longest bucket sortLoadItems sorts by insertion.

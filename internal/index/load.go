@@ -49,6 +49,10 @@ type loadQueue struct {
 	tbl    *table
 	blocks [][]loadItem
 	n      int
+	// lo and hi bound the refs queued: a run counts its holds per ref
+	// in [lo, hi] only, so a list of many small models does not cost
+	// each table the whole index's endpoints.
+	lo, hi uint32
 }
 
 // loadItem is one queued entry: a block hash and the endpoint and tier
@@ -133,6 +137,12 @@ func (l *Loader) ApplyPut(key string, value []byte) (keyspace.Kind, error) {
 		l.queues = append(l.queues, q)
 	}
 	ref := loadRef(id, t)
+	if q.n == 0 || ref < q.lo {
+		q.lo = ref
+	}
+	if q.n == 0 || ref > q.hi {
+		q.hi = ref
+	}
 	for i, n := 0, next.Len(); i < n; i++ {
 		q.push(loadItem{k: mix(next.Key(i)), ref: ref})
 	}
@@ -189,15 +199,16 @@ func (l *Loader) Finish() error {
 //
 // No step searches, shifts a cluster or grows a set one member at a time.
 // A table with blocks takes the entries one by one (loadEach), and so do
-// the entries whose sets the arena has no room for, so ErrFull skips
-// exactly what ApplyPut would. It returns the entries it skipped and the
-// first error.
+// the entries of a table whose sets the arena has no room for, so its
+// limit is kept entry by entry and each skip counted. It returns the
+// entries it skipped and the first error.
 func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 	if q.n == 0 {
 		return 0, nil
 	}
 	m := &q.tbl.blocks
 	workers := loadWorkers(q.n)
+	lo, hi := q.lo, q.hi
 	items, starts := q.bucketed(workers)
 	if m.n > 0 {
 		return ix.loadEach(m, items)
@@ -230,15 +241,16 @@ func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 			r.limit = m.home(uint64(r.to) << shift)
 		}
 	}
-	parallel(len(runs), func(w int) { ix.fillRun(m, items, starts, &runs[w]) })
+	parallel(len(runs), func(w int) { ix.fillRun(m, items, starts, lo, hi, &runs[w]) })
 	m.settleSpills(runs)
 	for i := range runs {
 		r := &runs[i]
 		m.n += r.placed
 		ix.entries += r.entries
-		for ref, n := range r.held {
+		for i, n := range r.held {
 			if n > 0 {
-				ix.eps[loadID(uint32(ref))].blocks[loadTier(uint32(ref))-1] += n
+				ref := lo + uint32(i)
+				ix.eps[loadID(ref)].blocks[loadTier(ref)-1] += n
 			}
 		}
 		for k, n := range r.dups {
@@ -264,7 +276,7 @@ type loadRun struct {
 	arena, limit int
 	// placed is the keys fillRun stored, entries the (block, endpoint,
 	// tier) among them; held counts those per queued ref (endpoint and
-	// tier) and dups the duplicate holds, as hold would.
+	// tier), held[ref-lo] for the queue's lo, and dups the duplicate holds, as hold would.
 	placed  int
 	entries uint64
 	held    []uint64
@@ -287,10 +299,10 @@ type loadSlot struct {
 // into the run's part of the arena. A key whose slot would be at or past
 // r.limit goes to r.spill instead. Runs write disjoint slots and arena
 // words, so they run at once.
-func (ix *Index) fillRun(m *blockMap, items []loadItem, starts []int, r *loadRun) {
+func (ix *Index) fillRun(m *blockMap, items []loadItem, starts []int, lo, hi uint32, r *loadRun) {
 	words := ix.sets.words
 	off := uint32(r.arena)
-	r.held = make([]uint64, len(ix.eps)<<loadTierBits)
+	r.held = make([]uint64, hi-lo+1)
 	var members []uint32
 	next := 0
 	end := starts[r.to]
@@ -301,7 +313,7 @@ func (ix *Index) fillRun(m *blockMap, items []loadItem, starts []int, r *loadRun
 			// One holder: the common case, decided without a loop.
 			ref := items[i].ref
 			v = inlineValue(loadID(ref), tierBit(loadTier(ref)))
-			r.held[ref]++
+			r.held[ref-lo]++
 			r.entries++
 			i++
 		} else {
@@ -318,7 +330,7 @@ func (ix *Index) fillRun(m *blockMap, items []loadItem, starts []int, r *loadRun
 					continue
 				}
 				last = ref
-				r.held[ref]++
+				r.held[ref-lo]++
 				r.entries++
 				if n := len(members); n > 0 && valueID(members[n-1]) == id {
 					members[n-1] |= tierBit(t)

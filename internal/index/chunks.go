@@ -170,7 +170,7 @@ func (ix *Index) addRef(id uint32, t tier.Tier, hash uint64) (bool, error) {
 	if found {
 		v = m.vals[i]
 	}
-	nv, added, err := ix.hold(v, id, t, hash)
+	nv, added, err := ix.sets.add(v, id, tierBit(t))
 	if err != nil {
 		return false, err
 	}
@@ -180,29 +180,16 @@ func (ix *Index) addRef(id uint32, t tier.Tier, hash uint64) (bool, error) {
 	case nv != v:
 		m.vals[i] = nv
 	}
-	return added, nil
-}
-
-// hold adds one hold of hash on endpoint id in tier t to slot value v
-// (0 for a block the table does not hold) and returns the new slot value
-// and whether the (block, endpoint, tier) became present: counted in the
-// endpoint's and the index's entries, or else as a duplicate hold. The
-// caller stores the slot value (addRef).
-func (ix *Index) hold(v, id uint32, t tier.Tier, hash uint64) (uint32, bool, error) {
-	nv, added, err := ix.sets.add(v, id, tierBit(t))
-	if err != nil {
-		return v, false, err
-	}
 	if added {
-		ix.eps[id].blocks[t-1]++
+		e.blocks[t-1]++
 		ix.entries++
-		return nv, true, nil
+		return true, nil
 	}
 	if ix.dups == nil {
 		ix.dups = make(map[dupKey]uint32)
 	}
 	ix.dups[dupKey{hash: hash, id: id, t: t}]++
-	return nv, false, nil
+	return false, nil
 }
 
 // dropRef takes back one hold of hash on endpoint id in tier t; the

@@ -247,9 +247,9 @@ func (ix *Index) loadQueue(q *loadQueue) (int, error) {
 		r := &runs[i]
 		m.n += r.placed
 		ix.entries += r.entries
-		for i, n := range r.held {
+		for j, n := range r.held {
 			if n > 0 {
-				ref := lo + uint32(i)
+				ref := lo + uint32(j)
 				ix.eps[loadID(ref)].blocks[loadTier(ref)-1] += n
 			}
 		}

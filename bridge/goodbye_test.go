@@ -22,6 +22,11 @@ func TestGoodbyeBoundedWithKafkaAndEngineDown(t *testing.T) {
 	})
 	r := e.start(cfg, true)
 	check(t, "batches", e.publish(5), e.read(5))
+	// A consumer can read a batch before its produce acknowledgement has
+	// reached the bridge; closing the cluster then would fail that produce
+	// at the stop and count it lost too. Wait for the five acks first, so
+	// the only record lost is the goodbye.
+	waitMetric(t, e.ctx, cfg, "kvindex_bridge_records_produced_total", 5, "kind", "batch")
 	e.kafka.Cluster.Close()
 	if err := e.engine.Close(); err != nil {
 		t.Fatal(err)

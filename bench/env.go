@@ -44,6 +44,10 @@ type Setup struct {
 	// key (their merge threshold follows it: a quarter); zero means the
 	// ingester's default (keyspace.DefaultChunkSize).
 	ChunkSize int
+	// ChunkOpenAt is the ingesters' --chunk-open-at, the chunk rule's
+	// open threshold of a store event; zero means the ingester's default
+	// for the chunk size (3/4 of it), the chunk size itself turns it off.
+	ChunkOpenAt int
 }
 
 // hashMode is s.HashMode with its default filled in.
@@ -61,7 +65,18 @@ func (s Setup) check() error {
 	if s.ChunkSize < 0 || s.ChunkSize > keyspace.MaxChunkEntries {
 		return fmt.Errorf("bench: chunk size %d: want between 1 and %d, or 0 for the default", s.ChunkSize, keyspace.MaxChunkEntries)
 	}
+	if s.ChunkOpenAt < 0 || s.ChunkOpenAt > s.chunkSize() {
+		return fmt.Errorf("bench: chunk open threshold %d: want between 1 and the chunk size %d, or 0 for the default", s.ChunkOpenAt, s.chunkSize())
+	}
 	return nil
+}
+
+// chunkOpenAt is s.ChunkOpenAt with its default filled in.
+func (s Setup) chunkOpenAt() int {
+	if s.ChunkOpenAt == 0 {
+		return ingester.DefaultChunkOpenAt(s.chunkSize())
+	}
+	return s.ChunkOpenAt
 }
 
 // chunkSize is s.ChunkSize with its default filled in.
@@ -80,6 +95,7 @@ func (s Setup) labels(m map[string]string) map[string]string {
 	m["hash_mode"] = string(s.hashMode())
 	m["fsync"] = fsyncLabel(!s.NoFsync)
 	m["chunk_size"] = fmt.Sprint(s.chunkSize())
+	m["chunk_open_at"] = fmt.Sprint(s.chunkOpenAt())
 	return m
 }
 
@@ -269,10 +285,11 @@ type ingesterOptions struct {
 	inFlight int
 	hashMode keyspace.HashMode
 	// chunkSize is the ingester's ChunkSize (0: its default); the merge
-	// threshold follows it.
-	chunkSize int
-	beforeTxn func(context.Context, ingester.TxnInfo) error
-	log       *slog.Logger
+	// threshold follows it, and so does the open threshold unless
+	// chunkOpenAt is set.
+	chunkSize, chunkOpenAt int
+	beforeTxn              func(context.Context, ingester.TxnInfo) error
+	log                    *slog.Logger
 }
 
 // startIngester starts an ingester in a consumer group of its own (every
@@ -296,7 +313,11 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	cfg.WindowLinger = o.linger
 	if o.chunkSize > 0 {
 		cfg.ChunkSize = o.chunkSize
+		cfg.ChunkOpenAt = 0     // 3/4 of it
 		cfg.ChunkMergeBelow = 0 // a quarter of it
+	}
+	if o.chunkOpenAt > 0 {
+		cfg.ChunkOpenAt = o.chunkOpenAt
 	}
 	if o.windowOps > 0 {
 		cfg.WindowOps = o.windowOps

@@ -352,7 +352,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, s *Stream, res *FleetRes
 		return err
 	}
 	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
-		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
+		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, chunkOpenAt: cfg.Setup.ChunkOpenAt, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
 	}
@@ -450,7 +450,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, s *Stream, shape runShape) (
 	commits := map[int32][]commitAt{}
 	var txns, ops int64
 	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
-		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
+		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, chunkOpenAt: cfg.Setup.ChunkOpenAt, beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			at := time.Now()
 			commitMu.Lock()
 			defer commitMu.Unlock()

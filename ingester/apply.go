@@ -354,9 +354,18 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 }
 
 // stored applies a BlockStored event: a store of each block hash by the
-// chunk rule (chunks.go), and the endpoint's block size.
+// chunk rule (chunks.go), and the endpoint's block size. The event's first
+// new block is appended by rule 1's open threshold (chunkRule.openAt).
+// Why (BENCHMARKS.md "Chunk size and window linger"): a put carries a
+// chunk's whole value, so a small event appended to a nearly full open
+// chunk rewrites the chunk for a few blocks, window after window; started
+// on a fresh chunk it writes only what it brought. The threshold depends
+// on the events alone, never on where a window ends, so a replay rebuilds
+// the same chunks.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
 	a.win.blockOps += len(ev.BlockHashes)
+	tc := &ep.chunks[ev.Tier]
+	tc.beginEvent()
 	if a.tokenMode() {
 		a.storedTokens(ep, ev)
 	} else {
@@ -364,6 +373,7 @@ func (a *applier) stored(ep *endpoint, ev *events.Event) {
 			storeChunk(a.rule, ep, ev.Tier, hash, hash, a.win)
 		}
 	}
+	tc.endEvent()
 	if ev.BlockSize > 0 {
 		ep.cur.blockSize = ev.BlockSize
 	}

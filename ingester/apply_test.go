@@ -156,7 +156,7 @@ func TestApplyToWindow(t *testing.T) {
 			}
 			part := keyspace.Partition{Topic: "t", Partition: 0}
 			a := &applier{cfg: &cfg, p: part, log: cfg.Logger, m: m, dec: events.NewDecoder(cfg.Mediums),
-				rule: chunkRule{size: cfg.ChunkSize, mergeBelow: cfg.ChunkMergeBelow}, eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
+				rule: chunkRule{size: cfg.ChunkSize, openAt: cfg.ChunkOpenAt, mergeBelow: cfg.ChunkMergeBelow}, eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
 			for i, r := range tc.recs {
 				kr := ingesttest.KafkaRecord("t", r)
 				kr.Offset = int64(i)

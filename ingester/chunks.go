@@ -16,11 +16,16 @@ import (
 // ends, which is what makes a replay after a crash rewrite exactly the
 // chunks the crashed attempt wrote, byte for byte.
 
-// chunkRule is the writer's chunk size and merge threshold
-// (Config.ChunkSize, Config.ChunkMergeBelow).
+// chunkRule is the writer's chunk size, open threshold and merge
+// threshold (Config.ChunkSize, Config.ChunkOpenAt,
+// Config.ChunkMergeBelow).
 type chunkRule struct {
 	// size is the most entries of a chunk.
 	size int
+	// openAt: a store event's first new block of a tier opens a new
+	// chunk when the open chunk holds at least this many entries (0 or
+	// size: only when it is full).
+	openAt int
 	// mergeBelow: a chunk other than the open one left with fewer entries
 	// moves them to the open chunk and is deleted (1: never).
 	mergeBelow int
@@ -55,7 +60,17 @@ type tierChunks struct {
 	next   uint64
 	chunks map[uint64]*chunk
 	where  map[uint64]*chunk
+	// event is set while a store event is applied to the tier and no
+	// block of it has been appended yet: rule 1's open threshold applies
+	// to the next append (beginEvent, endEvent).
+	event bool
 }
+
+// beginEvent and endEvent bracket the stores of one store event: rule 1's
+// open threshold applies to the event's first new block. Appends outside
+// them (a merge's) only fill the open chunk.
+func (tc *tierChunks) beginEvent() { tc.event = true }
+func (tc *tierChunks) endEvent()   { tc.event = false }
 
 // has reports whether key is present.
 func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
@@ -65,12 +80,15 @@ func (tc *tierChunks) blocks() int { return len(tc.where) }
 
 // add appends e to the open chunk (rule 1) and reports the chunk it went
 // to: the open chunk, chunk next-1, while it exists and holds fewer than
-// the chunk size, else a new one, sequence next (which then moves on). A
-// deleted open chunk is not reopened: its sequence number is never
+// the chunk size, and, for a store event's first new block, fewer than
+// the open threshold; else a new one, sequence next (which then moves
+// on). A deleted open chunk is not reopened: its sequence number is never
 // reused while its old key may be in etcd.
 func (tc *tierChunks) add(r chunkRule, e keyspace.ChunkEntry) *chunk {
 	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
-	if tc.next == 0 || c == nil || len(c.entries) >= r.size {
+	first := tc.event
+	tc.event = false
+	if tc.next == 0 || c == nil || len(c.entries) >= r.size || first && r.openAt > 0 && len(c.entries) >= r.openAt {
 		if tc.chunks == nil {
 			tc.chunks = make(map[uint64]*chunk)
 			tc.where = make(map[uint64]*chunk)

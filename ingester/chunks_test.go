@@ -65,13 +65,15 @@ func viewChunks(ep *endpoint, win *window) chunkStateView {
 }
 
 // TestChunkRule: the chunk rule of DESIGN ("The chunk rule (writer)"), op
-// by op, with chunks of 4: fill, open a new chunk, no-op stores, removal
-// order, the merge rule (and its off switch), tail-first eviction, drops
-// that keep chunk_next, and each changed chunk written once per window at
-// its final state.
+// by op, with chunks of 4: fill, open a new chunk, the open threshold of a
+// store event's first new block, no-op stores, removal order, the merge
+// rule (and its off switch), tail-first eviction, drops that keep
+// chunk_next, and each changed chunk written once per window at its final
+// state. Each store op is one store event.
 func TestChunkRule(t *testing.T) {
 	tests := []struct {
 		name       string
+		openAt     int
 		mergeBelow int
 		ops        []chunkOp
 		want       chunkStateView
@@ -86,6 +88,40 @@ func TestChunkRule(t *testing.T) {
 			ops:  []chunkOp{st(span(1, 9)...)},
 			want: chunkStateView{Next: 3, Chunks: map[uint64][]uint64{0: {1, 2, 3, 4}, 1: {5, 6, 7, 8}, 2: {9}},
 				Writes: []string{"put 0 [1 2 3 4]", "put 1 [5 6 7 8]", "put 2 [9]"}},
+		},
+		{
+			name:   "an_event_starts_a_new_chunk_at_the_open_threshold",
+			openAt: 3,
+			ops:    []chunkOp{st(1, 2, 3), st(4, 5)},
+			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {1, 2, 3}, 1: {4, 5}},
+				Writes: []string{"put 0 [1 2 3]", "put 1 [4 5]"}},
+		},
+		{
+			name:   "below_the_open_threshold_an_event_appends",
+			openAt: 3,
+			ops:    []chunkOp{st(1, 2), st(3, 4)},
+			want:   chunkStateView{Next: 1, Chunks: map[uint64][]uint64{0: {1, 2, 3, 4}}, Writes: []string{"put 0 [1 2 3 4]"}},
+		},
+		{
+			name:   "an_event_fills_the_chunk_past_the_open_threshold",
+			openAt: 3,
+			ops:    []chunkOp{st(1), st(2, 3, 4, 5)},
+			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {1, 2, 3, 4}, 1: {5}},
+				Writes: []string{"put 0 [1 2 3 4]", "put 1 [5]"}},
+		},
+		{
+			name:   "the_open_threshold_counts_from_the_first_new_block",
+			openAt: 3,
+			ops:    []chunkOp{st(1, 2, 3), st(2, 4)},
+			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {1, 2, 3}, 1: {4}},
+				Writes: []string{"put 0 [1 2 3]", "put 1 [4]"}},
+		},
+		{
+			name:   "a_merge_is_not_an_event",
+			openAt: 3,
+			ops:    []chunkOp{st(1, 2, 3, 4), st(5, 6, 7), rm(1, 2, 3)},
+			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{1: {5, 6, 7, 4}},
+				Writes: []string{"del 0", "put 1 [5 6 7 4]"}},
 		},
 		{
 			name: "a_store_of_a_present_key_is_a_no_op",
@@ -152,7 +188,7 @@ func TestChunkRule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rule := chunkRule{size: 4, mergeBelow: 2}
+			rule := chunkRule{size: 4, openAt: tc.openAt, mergeBelow: 2}
 			if tc.mergeBelow != 0 {
 				rule.mergeBelow = tc.mergeBelow
 			}
@@ -161,9 +197,11 @@ func TestChunkRule(t *testing.T) {
 			for _, op := range tc.ops {
 				switch op.kind {
 				case "store":
+					ep.chunks[tier.GPU].beginEvent()
 					for _, k := range op.keys {
 						storeChunk(rule, ep, tier.GPU, k, k, win)
 					}
+					ep.chunks[tier.GPU].endEvent()
 				case "remove":
 					for _, k := range op.keys {
 						removeChunk(rule, ep, tier.GPU, k, win)
@@ -182,11 +220,15 @@ func TestChunkRule(t *testing.T) {
 // TestChunkRuleIndependentOfWindows: the chunk state and what etcd ends up
 // with depend only on the op sequence, not on where windows end: the same
 // ops applied in one window, or in windows of one op each, leave the same
-// chunks, and the last write of every chunk key is the same.
+// chunks, and the last write of every chunk key is the same. Store events
+// of one and of three blocks meet the open threshold.
 func TestChunkRuleIndependentOfWindows(t *testing.T) {
-	rule := chunkRule{size: 4, mergeBelow: 2}
+	rule := chunkRule{size: 4, openAt: 3, mergeBelow: 2}
 	var ops []chunkOp
 	for i := uint64(0); i < 40; i++ {
+		if i%4 == 3 {
+			ops = append(ops, st(1000+3*i, 1001+3*i, 1002+3*i))
+		}
 		ops = append(ops, st(100+i))
 		if i%3 == 2 {
 			ops = append(ops, rm(100+i-1))
@@ -210,6 +252,9 @@ func TestChunkRuleIndependentOfWindows(t *testing.T) {
 			win.reset()
 		}
 		for i, op := range ops {
+			if op.kind == "store" {
+				ep.chunks[tier.GPU].beginEvent()
+			}
 			for _, k := range op.keys {
 				if op.kind == "store" {
 					storeChunk(rule, ep, tier.GPU, k, k, win)
@@ -217,6 +262,7 @@ func TestChunkRuleIndependentOfWindows(t *testing.T) {
 					removeChunk(rule, ep, tier.GPU, k, win)
 				}
 			}
+			ep.chunks[tier.GPU].endEvent()
 			if every > 0 && i%every == every-1 {
 				flush()
 			}

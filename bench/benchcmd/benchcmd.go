@@ -332,15 +332,17 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 
 // setupFlags are the flags of bench.Setup: how etcd and the ingesters run.
 type setupFlags struct {
-	hashMode  string
-	fsync     bool
-	chunkSize int
+	hashMode    string
+	fsync       bool
+	chunkSize   int
+	chunkOpenAt int
 }
 
 func (f *setupFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hashMode, "hash-mode", string(ingester.DefaultConfig().HashMode),
 		"the ingesters' --hash-mode: token (blocks keyed from their token ids; the freshness probes look up token keys) or engine")
 	fs.IntVar(&f.chunkSize, "chunk-size", ingester.DefaultConfig().ChunkSize, "the ingesters' --chunk-size: the most blocks of one chunk key (their --chunk-merge-below follows it, a quarter)")
+	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a store event's first new block opens a new chunk when the newest already holds this many (0: their default, 3/4 of --chunk-size; --chunk-size: only when full)")
 	fs.BoolVar(&f.fsync, "fsync", true, "run etcd with fsync on, as every deployment does; --fsync=false only to compare with figures measured without it")
 }
 
@@ -352,7 +354,10 @@ func (f *setupFlags) setup() (bench.Setup, error) {
 	if f.chunkSize < 1 || f.chunkSize > keyspace.MaxChunkEntries {
 		return bench.Setup{}, usagef("--chunk-size %d: want between 1 and %d", f.chunkSize, keyspace.MaxChunkEntries)
 	}
-	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize}, nil
+	if f.chunkOpenAt < 0 || f.chunkOpenAt > f.chunkSize {
+		return bench.Setup{}, usagef("--chunk-open-at %d: want between 1 and --chunk-size %d, or 0 for the default", f.chunkOpenAt, f.chunkSize)
+	}
+	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize, ChunkOpenAt: f.chunkOpenAt}, nil
 }
 
 // registerStream adds the fleet simulation's flags.

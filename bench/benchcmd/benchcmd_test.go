@@ -103,8 +103,8 @@ func TestQuickSmoke(t *testing.T) {
 				// The write-path figures say how etcd and the ingesters
 				// ran: by default as production runs them.
 				if sub == "fleet" || sub == "ingest" {
-					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" || f.Labels["chunk_size"] != "64" {
-						t.Errorf("figure %s: labels %v, want fsync on, hash_mode token and chunk_size 64", *f.Figure, f.Labels)
+					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" || f.Labels["chunk_size"] != "64" || f.Labels["chunk_open_at"] != "48" {
+						t.Errorf("figure %s: labels %v, want fsync on, hash_mode token, chunk_size 64 and chunk_open_at 48", *f.Figure, f.Labels)
 					}
 				}
 				if labels, ok := withGoal[*f.Figure]; ok && sub == "fleet" {

@@ -34,7 +34,7 @@ func TestLoaderRunsSettleSpills(t *testing.T) {
 		loadWorkers = func(int) int { return workers }
 		for round := range 3 {
 			what := fmt.Sprintf("%d runs, round %d", workers, round)
-			hashes := crowdedHashes(rng, workers, 4_000+round*3_000)
+			hashes := crowdedHashes(rng, workers, 1_500+round*1_000)
 			var puts [][2]string
 			for seq := 0; seq*keyspace.MaxChunkEntries < len(hashes); seq++ {
 				es := make([]keyspace.ChunkEntry, 0, keyspace.MaxChunkEntries)

@@ -356,7 +356,7 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 // stored applies a BlockStored event: a store of each block hash by the
 // chunk rule (chunks.go), and the endpoint's block size. The event's first
 // new block is appended by rule 1's open threshold (chunkRule.openAt).
-// Why (BENCHMARKS.md "Chunk size and window linger"): a put carries a
+// Why (BENCHMARKS.md "The open threshold of a store event"): a put carries a
 // chunk's whole value, so a small event appended to a nearly full open
 // chunk rewrites the chunk for a few blocks, window after window; started
 // on a fresh chunk it writes only what it brought. The threshold depends

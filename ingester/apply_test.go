@@ -118,6 +118,18 @@ func TestApplyToWindow(t *testing.T) {
 			want: windowView{Writes: []string{"del a gpu/0", "put a gpu/1 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
 		},
 		{
+			// The default open threshold is 48 of 64: the second event's
+			// first block finds the open chunk at it.
+			name: "a_store_event_at_the_open_threshold_opens_a_chunk",
+			recs: []refmodel.Record{stored("a", "", span(1, 48)...), stored("a", "", 49, 50)},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 48)), "put a gpu/1 49,50"}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "below_the_open_threshold_a_store_event_appends",
+			recs: []refmodel.Record{stored("a", "", span(1, 47)...), stored("a", "", 48, 49)},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 49))}, Endpoints: []string{"a*"}},
+		},
+		{
 			name: "a_new_endpoint_needs_no_drop_for_its_first_seq",
 			recs: []refmodel.Record{stored("a", "5", 1), stored("a", "6", 2)},
 			want: windowView{Writes: []string{"put a gpu/0 1,2"}, Endpoints: []string{"a*"}},
@@ -167,4 +179,13 @@ func TestApplyToWindow(t *testing.T) {
 			}
 		})
 	}
+}
+
+// joinKeys renders keys as chunkWriteString does.
+func joinKeys(keys []uint64) string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = fmt.Sprint(k)
+	}
+	return strings.Join(out, ",")
 }

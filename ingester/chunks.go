@@ -67,8 +67,8 @@ type tierChunks struct {
 }
 
 // beginEvent and endEvent bracket the stores of one store event: rule 1's
-// open threshold applies to the event's first new block. Appends outside
-// them (a merge's) only fill the open chunk.
+// open threshold applies to the event's first new block. A merge's
+// appends only fill the open chunk, inside an event or not (fill).
 func (tc *tierChunks) beginEvent() { tc.event = true }
 func (tc *tierChunks) endEvent()   { tc.event = false }
 
@@ -78,16 +78,25 @@ func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
 // blocks is the number of blocks present.
 func (tc *tierChunks) blocks() int { return len(tc.where) }
 
-// add appends e to the open chunk (rule 1) and reports the chunk it went
-// to: the open chunk, chunk next-1, while it exists and holds fewer than
-// the chunk size, and, for a store event's first new block, fewer than
-// the open threshold; else a new one, sequence next (which then moves
-// on). A deleted open chunk is not reopened: its sequence number is never
-// reused while its old key may be in etcd.
+// add appends a stored block's entry e by rule 1 (see fill): inside a
+// store event, the event's first new block takes the open threshold.
 func (tc *tierChunks) add(r chunkRule, e keyspace.ChunkEntry) *chunk {
-	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
 	first := tc.event
 	tc.event = false
+	return tc.fill(r, e, first)
+}
+
+// fill appends e to the open chunk and reports the chunk it went to: the
+// open chunk, chunk next-1, while it exists and holds fewer than the
+// chunk size, and, when first (a store event's first new block), fewer
+// than the open threshold; else a new one, sequence next (which then
+// moves on). A deleted open chunk is not reopened: its sequence number is
+// never reused while its old key may be in etcd. A merge fills with first
+// false, so a merge inside a store event (token mode re-keys a block by
+// removing its old key first) neither takes the threshold nor uses up the
+// event's.
+func (tc *tierChunks) fill(r chunkRule, e keyspace.ChunkEntry, first bool) *chunk {
+	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
 	if tc.next == 0 || c == nil || len(c.entries) >= r.size || first && r.openAt > 0 && len(c.entries) >= r.openAt {
 		if tc.chunks == nil {
 			tc.chunks = make(map[uint64]*chunk)
@@ -149,7 +158,7 @@ func removeChunk(r chunkRule, ep *endpoint, t tier.Tier, key uint64, sink chunkS
 		delete(tc.chunks, c.seq)
 		sink.chunkChanged(ep, t, c.seq, nil)
 		for _, e := range c.entries {
-			to := tc.add(r, e)
+			to := tc.fill(r, e, false)
 			sink.chunkChanged(ep, t, to.seq, to)
 		}
 	default:

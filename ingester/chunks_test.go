@@ -14,11 +14,17 @@ import (
 // chunkOp is one step of a chunk-rule case: a store or removal of keys,
 // in order, or a drop of the tier.
 type chunkOp struct {
-	kind string // "store", "remove", "drop"
+	kind string // "store", "remove", "rekey", "drop"
 	keys []uint64
 }
 
 func st(keys ...uint64) chunkOp { return chunkOp{kind: "store", keys: keys} }
+
+// rekey is one store event that, as token mode does for a block stored
+// again under a new key, first removes key old, then stores keys.
+func rekey(old uint64, keys ...uint64) chunkOp {
+	return chunkOp{kind: "rekey", keys: append([]uint64{old}, keys...)}
+}
 func rm(keys ...uint64) chunkOp { return chunkOp{kind: "remove", keys: keys} }
 
 // span is keys from..to, in order.
@@ -117,6 +123,16 @@ func TestChunkRule(t *testing.T) {
 				Writes: []string{"put 0 [1 2 3]", "put 1 [4]"}},
 		},
 		{
+			// Chunk 0 left with one entry merges it into the open chunk
+			// past the threshold; the event's first new block, 23,
+			// still takes the threshold and finds chunk 1 full.
+			name:   "a_merge_inside_an_event_leaves_it_the_threshold",
+			openAt: 3,
+			ops:    []chunkOp{st(13, 14, 10, 11), st(15, 16, 17), rm(10, 11), rekey(13, 23, 18)},
+			want: chunkStateView{Next: 3, Chunks: map[uint64][]uint64{1: {15, 16, 17, 14}, 2: {23, 18}},
+				Writes: []string{"del 0", "put 1 [15 16 17 14]", "put 2 [23 18]"}},
+		},
+		{
 			name:   "a_merge_is_not_an_event",
 			openAt: 3,
 			ops:    []chunkOp{st(1, 2, 3, 4), st(5, 6, 7), rm(1, 2, 3)},
@@ -196,9 +212,14 @@ func TestChunkRule(t *testing.T) {
 			win := newWindow()
 			for _, op := range tc.ops {
 				switch op.kind {
-				case "store":
+				case "store", "rekey":
+					keys := op.keys
 					ep.chunks[tier.GPU].beginEvent()
-					for _, k := range op.keys {
+					if op.kind == "rekey" {
+						removeChunk(rule, ep, tier.GPU, keys[0], win)
+						keys = keys[1:]
+					}
+					for _, k := range keys {
 						storeChunk(rule, ep, tier.GPU, k, k, win)
 					}
 					ep.chunks[tier.GPU].endEvent()

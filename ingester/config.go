@@ -146,12 +146,17 @@ type Config struct {
 	// ChunkOpenAt is rule 1's open threshold: a store event's first new
 	// block of an (endpoint, tier) opens a new chunk when the open chunk
 	// already holds at least this many entries, so a small event does not
-	// rewrite a nearly full chunk for a few blocks (BENCHMARKS.md "Chunk
-	// size and window linger": at 50k block ops/s, chunks of 64, etcd DB
-	// growth 0.41× v1 against 0.45× without it, at 0.094-0.095 etcd ops
-	// per block op against 0.087-0.090). Zero means ChunkSize*3/4 (48
-	// for chunks of 64; at least 1); ChunkSize opens a chunk only when
-	// the open one is full. At most ChunkSize.
+	// rewrite a nearly full chunk for a few blocks (BENCHMARKS.md "The
+	// open threshold of a store event": at 50k block ops/s, chunks of 64,
+	// etcd DB growth 0.41× v1 against 0.44-0.45× without it, at
+	// 0.092-0.094 etcd ops per block op against 0.086-0.090). Zero means
+	// DefaultChunkOpenAt(ChunkSize), and no less than the merge threshold;
+	// ChunkSize opens a chunk only when the open one is full. Between the
+	// merge threshold (a chunk closed below it would be sparse at once)
+	// and ChunkSize. Like ChunkSize, it changes only where new blocks go;
+	// a new owner repairs a layout an owner with another setting left
+	// (DESIGN "The chunk rule (writer)"), but every ingester of a group
+	// should run the same one.
 	ChunkOpenAt int
 	// ChunkMergeBelow is the merge rule's threshold: a chunk other than
 	// the open one left by a removal with fewer entries than this moves
@@ -263,9 +268,19 @@ func (k TxnKind) String() string {
 	return fmt.Sprintf("TxnKind(%d)", uint8(k))
 }
 
-// DefaultChunkOpenAt is Config.ChunkOpenAt's default for a chunk size:
-// 3/4 of it, at least 1 (48 for chunks of 64).
+// DefaultChunkOpenAt is Config.ChunkOpenAt's default for a chunk size at
+// the default merge threshold: 3/4 of it, at least 1 (48 for chunks of
+// 64).
 func DefaultChunkOpenAt(chunkSize int) int { return max(1, chunkSize*3/4) }
+
+// chunkMergeBelow is ChunkMergeBelow with its default filled in: a
+// quarter of ChunkSize, at least 1.
+func (c *Config) chunkMergeBelow() int {
+	if c.ChunkMergeBelow == 0 {
+		return max(1, c.ChunkSize/4)
+	}
+	return c.ChunkMergeBelow
+}
 
 // DefaultConfig returns a Config with every default filled in; the caller
 // still sets Etcd and Brokers.
@@ -335,6 +350,8 @@ func (c *Config) Validate() error {
 		return bad("ChunkSize %d: want between 1 and %d", c.ChunkSize, keyspace.MaxChunkEntries)
 	case c.ChunkOpenAt < 0 || c.ChunkOpenAt > c.ChunkSize:
 		return bad("ChunkOpenAt %d: want between 0 (ChunkSize*3/4) and ChunkSize %d (only when full)", c.ChunkOpenAt, c.ChunkSize)
+	case c.ChunkOpenAt > 0 && c.ChunkOpenAt < c.chunkMergeBelow():
+		return bad("ChunkOpenAt %d: below the merge threshold %d, a chunk would close sparse", c.ChunkOpenAt, c.chunkMergeBelow())
 	case c.ChunkMergeBelow < 0 || c.ChunkMergeBelow > c.ChunkSize:
 		return bad("ChunkMergeBelow %d: want between 0 (ChunkSize/4) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
 	case c.SessionTimeout <= 0:
@@ -412,11 +429,9 @@ func (c Config) withDefaults() Config {
 	if c.OutageGrace == 0 {
 		c.OutageGrace = c.LivenessWindow
 	}
+	c.ChunkMergeBelow = c.chunkMergeBelow()
 	if c.ChunkOpenAt == 0 {
-		c.ChunkOpenAt = DefaultChunkOpenAt(c.ChunkSize)
-	}
-	if c.ChunkMergeBelow == 0 {
-		c.ChunkMergeBelow = max(1, c.ChunkSize/4)
+		c.ChunkOpenAt = max(DefaultChunkOpenAt(c.ChunkSize), c.ChunkMergeBelow)
 	}
 	if c.FetchMaxWait == 0 {
 		c.FetchMaxWait = DefaultFetchMaxWait

@@ -348,12 +348,12 @@ func (c *Config) Validate() error {
 		return bad("KeysPerLease %d: want at least 1", c.KeysPerLease)
 	case c.ChunkSize < 1 || c.ChunkSize > keyspace.MaxChunkEntries:
 		return bad("ChunkSize %d: want between 1 and %d", c.ChunkSize, keyspace.MaxChunkEntries)
+	case c.ChunkMergeBelow < 0 || c.ChunkMergeBelow > c.ChunkSize:
+		return bad("ChunkMergeBelow %d: want between 0 (ChunkSize/4) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
 	case c.ChunkOpenAt < 0 || c.ChunkOpenAt > c.ChunkSize:
 		return bad("ChunkOpenAt %d: want between 0 (ChunkSize*3/4) and ChunkSize %d (only when full)", c.ChunkOpenAt, c.ChunkSize)
 	case c.ChunkOpenAt > 0 && c.ChunkOpenAt < c.chunkMergeBelow():
 		return bad("ChunkOpenAt %d: below the merge threshold %d, a chunk would close sparse", c.ChunkOpenAt, c.chunkMergeBelow())
-	case c.ChunkMergeBelow < 0 || c.ChunkMergeBelow > c.ChunkSize:
-		return bad("ChunkMergeBelow %d: want between 0 (ChunkSize/4) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
 	case c.SessionTimeout <= 0:
 		return bad("SessionTimeout %v: want a positive duration", c.SessionTimeout)
 	case c.RebalanceTimeout <= 0:

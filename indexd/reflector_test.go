@@ -150,12 +150,7 @@ func sameAnswers(t *testing.T, a, b *replica, s *stream) {
 }
 
 func TestListWatchRandomStream(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
+	seed := testutil.Seed(t)
 	e := testutil.StartEtcd(t)
 	w := newWriter(t, e.Client)
 	s := newStream(t, w, seed)

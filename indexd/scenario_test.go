@@ -143,12 +143,7 @@ func TestScenarioFixtures(t *testing.T) {
 // its state into etcd every few records, and compares indexd's answers for
 // prefixes of the stream's own hashes with the reference model's.
 func TestRefmodelRandomStream(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
+	seed := testutil.Seed(t)
 	e := testutil.StartEtcd(t)
 	r := startReplica(t, e.Client)
 	r.waitServing(t)

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
@@ -14,6 +13,7 @@ import (
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/index/indextest"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -58,13 +58,8 @@ func TestIndexRandomAgainstReference(t *testing.T) {
 		{name: "churn_to_empty", pool: 30, pods: 6, ops: 4000, putPct: 45},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			seed := uint64(time.Now().UnixNano())
+			seed := testutil.Seed(t)
 			rng := rand.New(rand.NewPCG(seed, 7))
-			defer func() {
-				if t.Failed() {
-					t.Logf("seed %d", seed)
-				}
-			}()
 			ks := keyspace.Default()
 			ix := index.New(ks)
 			ref := indextest.NewReference()

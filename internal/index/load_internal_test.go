@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
-	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -21,13 +21,8 @@ import (
 // same list applied put by put, and the table's layout with blockMap's
 // rules (checkBlockMap).
 func TestLoaderRunsSettleSpills(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
+	seed := testutil.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 5))
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
 	defer func(f func(int) int) { loadWorkers = f }(loadWorkers)
 	ks := keyspace.Default()
 	for _, workers := range []int{1, 2, 3, 5, 8} {

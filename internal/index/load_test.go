@@ -6,13 +6,13 @@ import (
 	"reflect"
 	"slices"
 	"testing"
-	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/kvindex/kvindex/internal/index"
 	"github.com/kvindex/kvindex/internal/keyspace"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
@@ -75,13 +75,8 @@ func randomList(rng *rand.Rand, ks keyspace.Keyspace, chunks int) []listPut {
 // stats, every model's endpoints and counts, and every hash's holders and
 // tiers.
 func TestLoaderMatchesApplyPut(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
+	seed := testutil.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))
-	defer func() {
-		if t.Failed() {
-			t.Logf("seed %d", seed)
-		}
-	}()
 	ks := keyspace.Default()
 	for round := range 60 {
 		puts := randomList(rng, ks, []int{0, 1, 5, 50, 400}[round%5])

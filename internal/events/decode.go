@@ -1,27 +1,27 @@
 package events
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"math"
 
-	"github.com/vmihailenco/msgpack/v5"
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
 	"github.com/kvindex/kvindex/internal/tier"
 )
 
-// Decoder decodes KVEventBatch payloads. It reuses its buffers between
-// calls, so it is not safe for concurrent use: give each goroutine its own.
+// Decoder decodes KVEventBatch payloads. It holds the payload being
+// decoded and caches the last medium and spec kind between calls, so it is
+// not safe for concurrent use: give each goroutine its own.
 type Decoder struct {
 	// mediums is the MediumMap keyed by folded names.
 	mediums map[string]tier.Tier
-	payload []byte // the payload being decoded, for raw fast paths
-	rd      bytes.Reader
-	dec     *msgpack.Decoder
-	scratch []byte
+	r       reader // the payload being decoded
+	// hashSpace and tokenSpace hand out the batch's BlockHashes and
+	// TokenIDs; Decode starts both afresh, so a batch never shares them
+	// with the next.
+	hashSpace  arena[uint64]
+	tokenSpace arena[int64]
 	// medium caches the last medium string so a batch of events on one
 	// medium allocates it once; mediumTier and mediumOK are its tier.
 	medium     string
@@ -40,9 +40,7 @@ func NewDecoder(mediums MediumMap) *Decoder {
 	if mediums == nil {
 		mediums = DefaultMediums()
 	}
-	d := &Decoder{mediums: mediums.folded()}
-	d.dec = msgpack.NewDecoder(&d.rd)
-	return d
+	return &Decoder{mediums: mediums.folded()}
 }
 
 // Decode decodes one payload (a Kafka record value). The returned batch
@@ -50,22 +48,23 @@ func NewDecoder(mediums MediumMap) *Decoder {
 // wrapping ErrMalformedBatch the whole payload must be skipped; per-event
 // problems are reported in Batch.Skipped instead.
 func (d *Decoder) Decode(payload []byte) (Batch, error) {
-	d.payload = payload
-	d.rd.Reset(payload)
-	d.dec.ResetReader(&d.rd)
-	defer func() { d.payload = nil }()
+	d.r.reset(payload)
+	// Sized for the common shape: a hash or more per 100 payload bytes,
+	// a token per 8 (token ids take 1-5 bytes each, beside the rest).
+	d.hashSpace, d.tokenSpace = arena[uint64]{first: len(payload) / 100}, arena[int64]{first: len(payload) / 8}
+	defer d.r.reset(nil)
 	var b Batch
 	if err := d.decodeBatch(&b); err != nil {
 		return Batch{}, fmt.Errorf("%w: %v", ErrMalformedBatch, err)
 	}
-	if n := d.rd.Len(); n > 0 {
+	if n := d.r.len(); n > 0 {
 		return Batch{}, fmt.Errorf("%w: %d trailing bytes after the batch", ErrMalformedBatch, n)
 	}
 	return b, nil
 }
 
 func (d *Decoder) decodeBatch(b *Batch) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("empty payload: %w", err)
 	}
@@ -108,16 +107,16 @@ func (d *Decoder) decodeBatch(b *Batch) error {
 // like unknown event fields. A repeated known key is malformed: which copy
 // the engine meant is not knowable.
 func (d *Decoder) decodeBatchMap(b *Batch) error {
-	n, err := d.dec.DecodeMapLen()
+	n, err := d.r.mapLen()
 	if err != nil {
 		return fmt.Errorf("batch map: %w", err)
 	}
-	if 2*n > d.rd.Len() {
-		return fmt.Errorf("batch map claims %d entries but only %d bytes remain", n, d.rd.Len())
+	if 2*n > d.r.len() {
+		return fmt.Errorf("batch map claims %d entries but only %d bytes remain", n, d.r.len())
 	}
 	var sawTS, sawEvents, sawRank bool
 	for j := 0; j < n; j++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("batch map key: %w", err)
 		}
@@ -201,12 +200,13 @@ func (d *Decoder) decodeTS(b *Batch) error {
 }
 
 func (d *Decoder) decodeEvents(b *Batch) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("events: %w", err)
 	}
 	if c == msgpcode.Nil {
-		return d.dec.Skip()
+		d.r.skipNil()
+		return nil
 	}
 	if !isArray(c) {
 		return fmt.Errorf("events is %s, want array", describe(c))
@@ -237,12 +237,13 @@ func (d *Decoder) decodeEvents(b *Batch) error {
 const maxEventsPrealloc = 256
 
 func (d *Decoder) decodeRank(b *Batch) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("data_parallel_rank: %w", err)
 	}
 	if c == msgpcode.Nil {
-		return d.dec.Skip()
+		d.r.skipNil()
+		return nil
 	}
 	if !isInteger(c) {
 		return fmt.Errorf("data_parallel_rank is %s, want int or nil", describe(c))
@@ -285,7 +286,7 @@ var (
 
 func (d *Decoder) decodeEvent(i int) (Event, *Skip, error) {
 	s := eventState{ev: Event{Index: i}}
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return Event{}, nil, err
 	}
@@ -340,16 +341,16 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 }
 
 func (d *Decoder) decodeMapEvent(s *eventState) error {
-	n, err := d.dec.DecodeMapLen()
+	n, err := d.r.mapLen()
 	if err != nil {
 		return fmt.Errorf("event map: %w", err)
 	}
-	if 2*n > d.rd.Len() {
-		return fmt.Errorf("event map claims %d entries but only %d bytes remain", n, d.rd.Len())
+	if 2*n > d.r.len() {
+		return fmt.Errorf("event map claims %d entries but only %d bytes remain", n, d.r.len())
 	}
 	sawType := false
 	for j := 0; j < n; j++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("event map key: %w", err)
 		}
@@ -388,8 +389,8 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 }
 
 // fieldName returns the constant name of a map field this decoder decodes,
-// or "" for one it ignores. key aliases the scratch buffer, so it must not
-// be retained; the switch neither allocates nor retains it.
+// or "" for one it ignores. key aliases the payload, so it must not be
+// retained; the switch neither allocates nor retains it.
 func fieldName(key []byte) string {
 	switch string(key) {
 	case "block_hashes":
@@ -415,7 +416,7 @@ func fieldName(key []byte) string {
 }
 
 func (d *Decoder) decodeTag(s *eventState) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("event type tag: %w", err)
 	}
@@ -445,12 +446,13 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		s.ev.BlockHashes = hashes
 		return err
 	case "parent_block_hash":
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if c == msgpcode.Nil {
-			return d.dec.Skip()
+			d.r.skipNil()
+			return nil
 		}
 		h, ok, err := d.hash(s, name, -1)
 		s.ev.ParentHash, s.ev.HasParent = h, ok
@@ -480,12 +482,13 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		s.ev.KVCacheSpecKind = k
 		return err
 	case "group_idx":
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if c == msgpcode.Nil {
-			return d.dec.Skip()
+			d.r.skipNil()
+			return nil
 		}
 		if !isInteger(c) {
 			s.fail("field %s is %s, want int or nil", name, describe(c))
@@ -559,7 +562,7 @@ func (d *Decoder) tierOf(medium string) (tier.Tier, bool) {
 // hashes decodes a list of block hashes. A nil or mistyped list, or a bad
 // element, makes the event invalid.
 func (d *Decoder) hashes(s *eventState, name string) ([]uint64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -571,7 +574,7 @@ func (d *Decoder) hashes(s *eventState, name string) ([]uint64, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]uint64, 0, n)
+	out := d.hashSpace.take(n)
 	for k := 0; k < n; k++ {
 		h, _, err := d.hash(s, name, k)
 		if err != nil {
@@ -591,7 +594,7 @@ const minDigestLen = 8
 // big-endian. ok is false when the value was skipped as invalid. index is
 // the element's position in a list, or -1 for a single hash.
 func (d *Decoder) hash(s *eventState, name string, index int) (h uint64, ok bool, err error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return 0, false, fmt.Errorf("%s: %w", label(name, index), err)
 	}
@@ -627,12 +630,13 @@ func label(name string, index int) string {
 }
 
 func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if c == msgpcode.Nil {
-		return nil, d.dec.Skip()
+		d.r.skipNil()
+		return nil, nil
 	}
 	if !isArray(c) {
 		s.fail("field %s is %s, want array", name, describe(c))
@@ -645,7 +649,7 @@ func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	out := make([]int64, 0, n)
+	out := d.tokenSpace.take(n)
 	// Fast path: token ids are a long run of plain integers, so read them
 	// straight from the payload bytes instead of through the msgpack
 	// decoder (this halves the decode time of a typical BlockStored; see
@@ -656,7 +660,7 @@ func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
 		return nil, fmt.Errorf("%s[%d]: %w", name, k, err)
 	}
 	for ; k < n; k++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d]: %w", name, k, err)
 		}
@@ -679,79 +683,83 @@ func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
 	return out, nil
 }
 
-// rawInts appends up to n msgpack integers read directly from the payload
-// at the reader's position and advances the reader past them. It returns
-// how many it read: fewer than n when it met a value that is not an integer
-// (left unread for the caller) or one that does not fit an int64 (also left
-// unread, so the caller reports it). A truncated integer is an error.
+// rawInts appends up to n msgpack integers read straight from the payload
+// and advances the reader past them: token ids are a long run of small
+// integers, read here in one tight loop. It returns how many it read:
+// fewer than n when it met a value that is not an integer (left unread for
+// the caller) or one that does not fit an int64 (also left unread, so the
+// caller reports it). A truncated integer is an error.
 func (d *Decoder) rawInts(out []int64, n int) ([]int64, int, error) {
-	b := d.payload[len(d.payload)-d.rd.Len():]
+	b := d.r.rest()
 	i, k := 0, 0
+	defer func() { d.r.advance(i) }()
 	for ; k < n && i < len(b); k++ {
 		c := b[i]
-		var size int
-		switch {
-		case c <= msgpcode.PosFixedNumHigh:
+		if c <= msgpcode.PosFixedNumHigh {
 			out = append(out, int64(c))
 			i++
 			continue
-		case c >= msgpcode.NegFixedNumLow:
+		}
+		if c >= msgpcode.NegFixedNumLow {
 			out = append(out, int64(int8(c)))
 			i++
 			continue
-		case c == msgpcode.Uint8 || c == msgpcode.Int8:
+		}
+		var size int
+		switch c {
+		case msgpcode.Uint8, msgpcode.Int8:
 			size = 1
-		case c == msgpcode.Uint16 || c == msgpcode.Int16:
+		case msgpcode.Uint16, msgpcode.Int16:
 			size = 2
-		case c == msgpcode.Uint32 || c == msgpcode.Int32:
+		case msgpcode.Uint32, msgpcode.Int32:
 			size = 4
-		case c == msgpcode.Uint64 || c == msgpcode.Int64:
+		case msgpcode.Uint64, msgpcode.Int64:
 			size = 8
 		default:
-			return out, k, d.seekTo(len(b), i)
+			return out, k, nil
 		}
 		if i+1+size > len(b) {
 			return out, k, fmt.Errorf("integer truncated: %d bytes remain, want %d", len(b)-i-1, size)
 		}
-		var u uint64
-		for _, x := range b[i+1 : i+1+size] {
-			u = u<<8 | uint64(x)
-		}
+		v := b[i+1 : i+1+size]
+		var x int64
 		switch c {
+		case msgpcode.Uint8:
+			x = int64(v[0])
 		case msgpcode.Int8:
-			out = append(out, int64(int8(u)))
+			x = int64(int8(v[0]))
+		case msgpcode.Uint16:
+			x = int64(binary.BigEndian.Uint16(v))
 		case msgpcode.Int16:
-			out = append(out, int64(int16(u)))
+			x = int64(int16(binary.BigEndian.Uint16(v)))
+		case msgpcode.Uint32:
+			x = int64(binary.BigEndian.Uint32(v))
 		case msgpcode.Int32:
-			out = append(out, int64(int32(u)))
+			x = int64(int32(binary.BigEndian.Uint32(v)))
 		case msgpcode.Int64:
-			out = append(out, int64(u))
-		default:
+			x = int64(binary.BigEndian.Uint64(v))
+		default: // Uint64
+			u := binary.BigEndian.Uint64(v)
 			if u > math.MaxInt64 {
-				return out, k, d.seekTo(len(b), i)
+				return out, k, nil
 			}
-			out = append(out, int64(u))
+			x = int64(u)
 		}
+		out = append(out, x)
 		i += 1 + size
 	}
-	return out, k, d.seekTo(len(b), i)
-}
-
-// seekTo advances the reader by i bytes, given that rest bytes remained when
-// the raw read started.
-func (d *Decoder) seekTo(rest, i int) error {
-	_, err := d.rd.Seek(int64(len(d.payload)-rest+i), io.SeekStart)
-	return err
+	return out, k, nil
 }
 
 // optUint decodes a nil-able non-negative integer no larger than limit.
 func (d *Decoder) optUint(s *eventState, name string, limit uint64) (uint64, bool, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return 0, false, fmt.Errorf("%s: %w", name, err)
 	}
 	if c == msgpcode.Nil {
-		return 0, false, d.dec.Skip()
+		d.r.skipNil()
+		return 0, false, nil
 	}
 	if !isInteger(c) {
 		s.fail("field %s is %s, want int or nil", name, describe(c))
@@ -772,12 +780,13 @@ func (d *Decoder) optUint(s *eventState, name string, limit uint64) (uint64, boo
 // string decoded through it, returned instead of a new allocation when the
 // bytes are equal.
 func (d *Decoder) optStr(s *eventState, name string, cache *string) (string, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", name, err)
 	}
 	if c == msgpcode.Nil {
-		return "", d.dec.Skip()
+		d.r.skipNil()
+		return "", nil
 	}
 	if !isStr(c) {
 		s.fail("field %s is %s, want string or nil", name, describe(c))
@@ -802,40 +811,32 @@ func (d *Decoder) optStr(s *eventState, name string, cache *string) (string, err
 	return *cache, nil
 }
 
-// integer decodes any msgpack integer. Negative values come back as their
-// two's-complement uint64 with neg set (an SGLang int64 hash reinterprets
-// exactly so).
-func (d *Decoder) integer() (u uint64, neg bool, err error) {
-	c, err := d.dec.PeekCode()
-	if err != nil {
-		return 0, false, err
-	}
-	if isUint(c) {
-		u, err = d.dec.DecodeUint64()
-		return u, false, err
-	}
-	v, err := d.dec.DecodeInt64()
-	return uint64(v), v < 0, err
-}
+// integer decodes any msgpack integer (reader.integer); the caller has
+// checked the code.
+func (d *Decoder) integer() (u uint64, neg bool, err error) { return d.r.integer() }
 
 // float decodes a number (float32, float64 or an integer) as float64.
 func (d *Decoder) float(name string) (float64, error) {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
 	switch {
-	case c == msgpcode.Float:
-		v, err := d.dec.DecodeFloat32()
-		return float64(v), err
-	case c == msgpcode.Double:
-		return d.dec.DecodeFloat64()
+	case c == msgpcode.Float || c == msgpcode.Double:
+		v, err := d.r.float()
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
+		}
+		return v, nil
 	case isInteger(c):
 		u, neg, err := d.integer()
-		if neg {
-			return float64(int64(u)), err
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", name, err)
 		}
-		return float64(u), err
+		if neg {
+			return float64(int64(u)), nil
+		}
+		return float64(u), nil
 	}
 	return 0, fmt.Errorf("%s is %s, want float", name, describe(c))
 }
@@ -844,125 +845,51 @@ func (d *Decoder) float(name string) (float64, error) {
 // can fit in the remaining bytes (each element takes at least one), so no
 // caller ever allocates for elements that are not there.
 func (d *Decoder) arrayLen(name string) (int, error) {
-	n, err := d.dec.DecodeArrayLen()
+	n, err := d.r.arrayLen()
 	if err != nil {
 		return 0, fmt.Errorf("%s: %w", name, err)
 	}
-	if n < 0 {
-		return 0, nil
-	}
-	if n > d.rd.Len() {
-		return 0, fmt.Errorf("%s claims %d elements but only %d bytes remain", name, n, d.rd.Len())
+	if n > d.r.len() {
+		return 0, fmt.Errorf("%s claims %d elements but only %d bytes remain", name, n, d.r.len())
 	}
 	return n, nil
 }
 
-// str reads a string into the scratch buffer; the result is valid until the
-// next read. The caller has checked the code is a string.
+// str reads a string; the result aliases the payload and must be copied to
+// be kept. The caller has checked the code is a string.
 func (d *Decoder) str(name string) ([]byte, error) { return d.readBytes(name) }
 
-// bin reads a byte string into the scratch buffer, like str.
+// bin reads a byte string, like str.
 func (d *Decoder) bin(name string) ([]byte, error) { return d.readBytes(name) }
 
 func (d *Decoder) readBytes(name string) ([]byte, error) {
-	if b, ok := d.rawBytes(); ok {
-		return b, nil
-	}
-	n, err := d.dec.DecodeBytesLen()
+	b, err := d.r.bytes()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	if n <= 0 {
-		return nil, nil
-	}
-	if n > d.rd.Len() {
-		return nil, fmt.Errorf("%s claims %d bytes but only %d remain", name, n, d.rd.Len())
-	}
-	if cap(d.scratch) < n {
-		d.scratch = make([]byte, n)
-	}
-	b := d.scratch[:n]
-	if err := d.dec.ReadFull(b); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return b, nil
 }
 
-// rawBytes is readBytes' fast path for the short strings and byte strings
-// events are made of (field names, type tags, mediums, 32-byte digests): a
-// fixstr, str8 or bin8 whose bytes are all in the payload is sliced
-// straight out of it, without the msgpack decoder or a copy. The result
-// aliases the payload, which outlives every caller's use of it (each
-// copies what it keeps). Anything else, a truncated value included, is
-// left to the slow path, which reports it.
-func (d *Decoder) rawBytes() ([]byte, bool) {
-	rest := d.payload[len(d.payload)-d.rd.Len():]
-	if len(rest) == 0 {
-		return nil, false
-	}
-	var n, hdr int
-	switch c := rest[0]; {
-	case msgpcode.IsFixedString(c):
-		n, hdr = int(c&msgpcode.FixedStrMask), 1
-	case c == msgpcode.Str8 || c == msgpcode.Bin8:
-		if len(rest) < 2 {
-			return nil, false
-		}
-		n, hdr = int(rest[1]), 2
-	default:
-		return nil, false
-	}
-	if hdr+n > len(rest) {
-		return nil, false
-	}
-	if _, err := d.rd.Seek(int64(hdr+n), io.SeekCurrent); err != nil {
-		return nil, false
-	}
-	return rest[hdr : hdr+n], true
-}
-
 // skip skips one value of any type, bounding container headers by the
 // remaining bytes first.
 func (d *Decoder) skip(name string) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if isArray(c) || isMap(c) {
 		return d.skipDepth(name, c, 0)
 	}
-	return d.skipScalar(name, c)
+	return d.skipScalar(name)
 }
 
-// skipScalar skips a value that is not a container. Strings, byte strings
-// and extensions are skipped by seeking past them once their claimed length
-// is checked against the remaining bytes, so a hostile length header never
-// allocates.
-func (d *Decoder) skipScalar(name string, c byte) error {
-	var n int
-	var err error
-	switch {
-	case isStr(c) || isBin(c):
-		n, err = d.dec.DecodeBytesLen()
-	case msgpcode.IsExt(c):
-		_, n, err = d.dec.DecodeExtHeader()
-	default:
-		err = d.dec.Skip()
-	}
-	if err != nil {
+// skipScalar skips a value that is not a container (reader.skipScalar:
+// a hostile length header is checked, never allocated for).
+func (d *Decoder) skipScalar(name string) error {
+	if err := d.r.skipScalar(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	if n <= 0 {
-		return nil
-	}
-	if n > d.rd.Len() {
-		return fmt.Errorf("%s claims %d bytes but only %d remain", name, n, d.rd.Len())
-	}
-	// The msgpack decoder reads straight from d.rd (a bytes.Reader is an
-	// io.ByteScanner, so it buffers nothing), so seeking d.rd skips exactly
-	// the value's payload.
-	_, err = d.rd.Seek(int64(n), io.SeekCurrent)
-	return err
+	return nil
 }
 
 // maxDepth bounds container nesting in skipped values; deeper payloads are
@@ -979,9 +906,9 @@ func (d *Decoder) skipDepth(name string, c byte, depth int) error {
 		n, err = d.arrayLen(name)
 	} else {
 		var m int
-		m, err = d.dec.DecodeMapLen()
-		if err == nil && 2*m > d.rd.Len() {
-			err = fmt.Errorf("map claims %d entries but only %d bytes remain", m, d.rd.Len())
+		m, err = d.r.mapLen()
+		if err == nil && 2*m > d.r.len() {
+			err = fmt.Errorf("map claims %d entries but only %d bytes remain", m, d.r.len())
 		}
 		n = 2 * m
 	}
@@ -989,7 +916,7 @@ func (d *Decoder) skipDepth(name string, c byte, depth int) error {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	for k := 0; k < n; k++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -999,7 +926,7 @@ func (d *Decoder) skipDepth(name string, c byte, depth int) error {
 			}
 			continue
 		}
-		if err := d.skipScalar(name, c); err != nil {
+		if err := d.skipScalar(name); err != nil {
 			return err
 		}
 	}

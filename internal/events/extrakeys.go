@@ -44,12 +44,13 @@ const maxExtraDepth = 4
 // it cannot key does not make the event invalid (engine-hash mode never
 // reads extra keys): it sets BadExtraKeys, and token mode skips the event.
 func (d *Decoder) extraKeys(s *eventState, name string) error {
-	c, err := d.dec.PeekCode()
+	c, err := d.r.peek()
 	if err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
 	if c == msgpcode.Nil {
-		return d.dec.Skip()
+		d.r.skipNil()
+		return nil
 	}
 	if !isArray(c) {
 		s.badExtra("field %s is %s, want array or nil", name, describe(c))
@@ -61,14 +62,12 @@ func (d *Decoder) extraKeys(s *eventState, name string) error {
 	}
 	s.ev.HasExtraKeys, s.ev.ExtraKeysLen = true, n
 	for i := 0; i < n; i++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s[%d]: %w", name, i, err)
 		}
 		if c == msgpcode.Nil {
-			if err := d.dec.Skip(); err != nil {
-				return fmt.Errorf("%s[%d]: %w", name, i, err)
-			}
+			d.r.skipNil()
 			continue
 		}
 		if !isArray(c) {
@@ -103,7 +102,7 @@ func (d *Decoder) appendExtras(s *eventState, name string, i int, out []Extra, d
 		return nil, err
 	}
 	for j := 0; j < m; j++ {
-		c, err := d.dec.PeekCode()
+		c, err := d.r.peek()
 		if err != nil {
 			return nil, fmt.Errorf("%s[%d]: %w", name, i, err)
 		}

@@ -45,7 +45,7 @@ type Setup struct {
 	// ingester's default (keyspace.DefaultChunkSize).
 	ChunkSize int
 	// ChunkOpenAt is the ingesters' --chunk-open-at, the chunk rule's
-	// open threshold of a store event; zero means the ingester's default
+	// open threshold of a record; zero means the ingester's default
 	// for the chunk size (3/4 of it), the chunk size itself turns it off.
 	ChunkOpenAt int
 }

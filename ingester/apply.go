@@ -275,6 +275,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		return
 	}
 	a.chooseGroup(ep, batch.Events)
+	a.beginRecord(ep, batch.Events)
 	otherGroup := 0
 	for i := range batch.Events {
 		ev := &batch.Events[i]
@@ -293,6 +294,9 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		case events.TierBlocksCleared:
 			a.tierCleared(ep, ev.Tier)
 		}
+	}
+	for t := range ep.chunks {
+		ep.chunks[t].endRecord()
 	}
 	if otherGroup > 0 {
 		// Expected of every hybrid model, so counted and logged at debug
@@ -353,19 +357,31 @@ func (a *applier) sequence(ep *endpoint, seq uint64, batchTS float64, incarnatio
 	return true
 }
 
+// beginRecord opens rule 1's threshold for a record's events on ep: per
+// tier, the record's first new block is appended by chunkRule.opens, given
+// the blocks the record's events of ep's group store in that tier. Why
+// (BENCHMARKS.md "The open threshold of a record"): a put carries a
+// chunk's whole value, so a record appended to a filling open chunk
+// rewrites the chunk for the blocks it brings, window after window;
+// started on a fresh chunk it writes only what it brought. The threshold
+// depends on the records alone, never on where a window ends, so a replay
+// rebuilds the same chunks.
+func (a *applier) beginRecord(ep *endpoint, evs []events.Event) {
+	var stores [tier.Count + 1]int
+	for i := range evs {
+		if ev := &evs[i]; ev.Type == events.BlockStored && inGroup(ep, ev) {
+			stores[ev.Tier] += len(ev.BlockHashes)
+		}
+	}
+	for t := range ep.chunks {
+		ep.chunks[t].beginRecord(stores[t])
+	}
+}
+
 // stored applies a BlockStored event: a store of each block hash by the
-// chunk rule (chunks.go), and the endpoint's block size. The event's first
-// new block is appended by rule 1's open threshold (chunkRule.openAt).
-// Why (BENCHMARKS.md "The open threshold of a store event"): a put carries a
-// chunk's whole value, so a small event appended to a nearly full open
-// chunk rewrites the chunk for a few blocks, window after window; started
-// on a fresh chunk it writes only what it brought. The threshold depends
-// on the events alone, never on where a window ends, so a replay rebuilds
-// the same chunks.
+// chunk rule (chunks.go), and the endpoint's block size.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
 	a.win.blockOps += len(ev.BlockHashes)
-	tc := &ep.chunks[ev.Tier]
-	tc.beginEvent()
 	if a.tokenMode() {
 		a.storedTokens(ep, ev)
 	} else {
@@ -373,7 +389,6 @@ func (a *applier) stored(ep *endpoint, ev *events.Event) {
 			storeChunk(a.rule, ep, ev.Tier, hash, hash, a.win)
 		}
 	}
-	tc.endEvent()
 	if ev.BlockSize > 0 {
 		ep.cur.blockSize = ev.BlockSize
 	}

@@ -118,16 +118,50 @@ func TestApplyToWindow(t *testing.T) {
 			want: windowView{Writes: []string{"del a gpu/0", "put a gpu/1 2"}, Drops: []string{"drop a"}, Endpoints: []string{"a*"}},
 		},
 		{
-			// The default open threshold is 48 of 64: the second event's
+			// The default open threshold is 48 of 64: the second record's
 			// first block finds the open chunk at it.
-			name: "a_store_event_at_the_open_threshold_opens_a_chunk",
+			name: "a_record_at_the_open_threshold_opens_a_chunk",
 			recs: []refmodel.Record{stored("a", "", span(1, 48)...), stored("a", "", 49, 50)},
 			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 48)), "put a gpu/1 49,50"}, Endpoints: []string{"a*"}},
 		},
 		{
-			name: "below_the_open_threshold_a_store_event_appends",
+			name: "below_the_open_threshold_a_small_record_appends",
 			recs: []refmodel.Record{stored("a", "", span(1, 47)...), stored("a", "", 48, 49)},
 			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 49))}, Endpoints: []string{"a*"}},
+		},
+		{
+			// A big record (8 stores in the tier for chunks of 64) opens a
+			// chunk once the open one holds the merge threshold, 16.
+			name: "a_big_record_opens_a_chunk_at_the_merge_threshold",
+			recs: []refmodel.Record{stored("a", "", span(1, 16)...), stored("a", "", span(17, 24)...)},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 16)), "put a gpu/1 " + joinKeys(span(17, 24))}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "a_record_of_7_stores_is_small",
+			recs: []refmodel.Record{stored("a", "", span(1, 16)...), stored("a", "", span(17, 23)...)},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 23))}, Endpoints: []string{"a*"}},
+		},
+		{
+			name: "below_the_merge_threshold_a_big_record_appends",
+			recs: []refmodel.Record{stored("a", "", span(1, 15)...), stored("a", "", span(16, 23)...)},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(span(1, 23))}, Endpoints: []string{"a*"}},
+		},
+		{
+			// The stores of all a record's events count, in each tier
+			// apart: 4 + 4 on the GPU make it big there; the CPU's 1 does
+			// not. The one-store record before it is small and appends.
+			// Only the record's first new block takes the threshold: its
+			// second GPU event appends.
+			name: "a_records_stores_count_per_tier_across_its_events",
+			recs: []refmodel.Record{
+				stored("a", "", span(1, 16)...),
+				stored("a", "", 101),
+				batchRecord(t, "m", "a", now,
+					events.Event{Type: events.BlockStored, BlockHashes: span(17, 20), Medium: "GPU"},
+					events.Event{Type: events.BlockStored, BlockHashes: []uint64{102}, Medium: "CPU"},
+					events.Event{Type: events.BlockStored, BlockHashes: span(21, 24), Medium: "GPU"}),
+			},
+			want: windowView{Writes: []string{"put a gpu/0 " + joinKeys(append(span(1, 16), 101)), "put a gpu/1 " + joinKeys(span(17, 24)), "put a cpu/0 102"}, Endpoints: []string{"a*"}},
 		},
 		{
 			name: "a_new_endpoint_needs_no_drop_for_its_first_seq",
@@ -168,7 +202,7 @@ func TestApplyToWindow(t *testing.T) {
 			}
 			part := keyspace.Partition{Topic: "t", Partition: 0}
 			a := &applier{cfg: &cfg, p: part, log: cfg.Logger, m: m, dec: events.NewDecoder(cfg.Mediums),
-				rule: chunkRule{size: cfg.ChunkSize, openAt: cfg.ChunkOpenAt, mergeBelow: cfg.ChunkMergeBelow}, eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
+				rule: cfg.chunkRule(), eps: map[keyspace.Endpoint]*endpoint{}, win: newWindow()}
 			for i, r := range tc.recs {
 				kr := ingesttest.KafkaRecord("t", r)
 				kr.Offset = int64(i)

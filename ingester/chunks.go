@@ -22,10 +22,14 @@ import (
 type chunkRule struct {
 	// size is the most entries of a chunk.
 	size int
-	// openAt: a store event's first new block of a tier opens a new
-	// chunk when the open chunk holds at least this many entries (0 or
-	// size: only when it is full).
+	// openAt: a record's first new block of a tier opens a new chunk
+	// when the open chunk holds at least this many entries (0 or size:
+	// only when it is full).
 	openAt int
+	// bigRecord: a record that stores at least this many blocks in a
+	// tier opens a new chunk for them as soon as the open chunk holds
+	// mergeBelow entries (0: off; Config.ChunkOpenAt's big-record clause).
+	bigRecord int
 	// mergeBelow: a chunk other than the open one left with fewer entries
 	// moves them to the open chunk and is deleted (1: never).
 	mergeBelow int
@@ -60,17 +64,20 @@ type tierChunks struct {
 	next   uint64
 	chunks map[uint64]*chunk
 	where  map[uint64]*chunk
-	// event is set while a store event is applied to the tier and no
-	// block of it has been appended yet: rule 1's open threshold applies
-	// to the next append (beginEvent, endEvent).
-	event bool
+	// record is set while a record is applied and no block of it has
+	// been appended to the tier yet: rule 1's open threshold applies to
+	// the next append (beginRecord, endRecord). recordStores is the
+	// number of blocks the record stores in the tier.
+	record       bool
+	recordStores int
 }
 
-// beginEvent and endEvent bracket the stores of one store event: rule 1's
-// open threshold applies to the event's first new block. A merge's
-// appends only fill the open chunk, inside an event or not (fill).
-func (tc *tierChunks) beginEvent() { tc.event = true }
-func (tc *tierChunks) endEvent()   { tc.event = false }
+// beginRecord and endRecord bracket the ops of one record: rule 1's open
+// threshold applies to the record's first new block in the tier, given
+// the stores the record holds for it. A merge's appends only fill the
+// open chunk, inside a record or not (fill).
+func (tc *tierChunks) beginRecord(stores int) { tc.record, tc.recordStores = true, stores }
+func (tc *tierChunks) endRecord()             { tc.record, tc.recordStores = false, 0 }
 
 // has reports whether key is present.
 func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
@@ -79,25 +86,40 @@ func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
 func (tc *tierChunks) blocks() int { return len(tc.where) }
 
 // add appends a stored block's entry e by rule 1 (see fill): inside a
-// store event, the event's first new block takes the open threshold.
+// record, the record's first new block takes the open threshold.
 func (tc *tierChunks) add(r chunkRule, e keyspace.ChunkEntry) *chunk {
-	first := tc.event
-	tc.event = false
-	return tc.fill(r, e, first)
+	first := tc.record
+	tc.record = false
+	return tc.fill(r, e, first && r.opens(tc))
+}
+
+// opens reports whether rule 1 opens a new chunk for the first new block
+// of the record being applied to tc: when the open chunk holds openAt
+// entries or more, or, for a record storing bigRecord blocks or more in
+// the tier, mergeBelow or more. A record's blocks are what one engine
+// batch brings, the unit a window holds about one of per endpoint, so a
+// big record starts its own chunk instead of rewriting the open one, and
+// small records (vLLM's decode steps) fill chunks to openAt as before.
+func (r chunkRule) opens(tc *tierChunks) bool {
+	c := tc.chunks[tc.next-1]
+	if c == nil {
+		return false
+	}
+	m := len(c.entries)
+	return r.openAt > 0 && m >= r.openAt || r.bigRecord > 0 && tc.recordStores >= r.bigRecord && m >= r.mergeBelow
 }
 
 // fill appends e to the open chunk and reports the chunk it went to: the
-// open chunk, chunk next-1, while it exists and holds fewer than the
-// chunk size, and, when first (a store event's first new block), fewer
-// than the open threshold; else a new one, sequence next (which then
-// moves on). A deleted open chunk is not reopened: its sequence number is
-// never reused while its old key may be in etcd. A merge fills with first
-// false, so a merge inside a store event (token mode re-keys a block by
-// removing its old key first) neither takes the threshold nor uses up the
-// event's.
-func (tc *tierChunks) fill(r chunkRule, e keyspace.ChunkEntry, first bool) *chunk {
+// open chunk, chunk next-1, while it exists, holds fewer than the chunk
+// size and open is false (rule 1's threshold met: chunkRule.opens); else
+// a new one, sequence next (which then moves on). A deleted open chunk is
+// not reopened: its sequence number is never reused while its old key may
+// be in etcd. A merge fills with open false, so a merge inside a record
+// (token mode re-keys a block by removing its old key first) neither
+// takes the threshold nor uses up the record's.
+func (tc *tierChunks) fill(r chunkRule, e keyspace.ChunkEntry, open bool) *chunk {
 	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
-	if tc.next == 0 || c == nil || len(c.entries) >= r.size || first && r.openAt > 0 && len(c.entries) >= r.openAt {
+	if tc.next == 0 || c == nil || len(c.entries) >= r.size || open {
 		if tc.chunks == nil {
 			tc.chunks = make(map[uint64]*chunk)
 			tc.where = make(map[uint64]*chunk)

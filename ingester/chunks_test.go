@@ -20,7 +20,7 @@ type chunkOp struct {
 
 func st(keys ...uint64) chunkOp { return chunkOp{kind: "store", keys: keys} }
 
-// rekey is one store event that, as token mode does for a block stored
+// rekey is one store record that, as token mode does for a block stored
 // again under a new key, first removes key old, then stores keys.
 func rekey(old uint64, keys ...uint64) chunkOp {
 	return chunkOp{kind: "rekey", keys: append([]uint64{old}, keys...)}
@@ -72,14 +72,15 @@ func viewChunks(ep *endpoint, win *window) chunkStateView {
 
 // TestChunkRule: the chunk rule of DESIGN ("The chunk rule (writer)"), op
 // by op, with chunks of 4: fill, open a new chunk, the open threshold of a
-// store event's first new block, no-op stores, removal order, the merge
+// record's first new block, big records, no-op stores, removal order, the merge
 // rule (and its off switch), tail-first eviction, drops that keep
 // chunk_next, and each changed chunk written once per window at its final
-// state. Each store op is one store event.
+// state. Each store op is one record.
 func TestChunkRule(t *testing.T) {
 	tests := []struct {
 		name       string
 		openAt     int
+		bigRecord  int
 		mergeBelow int
 		ops        []chunkOp
 		want       chunkStateView
@@ -138,6 +139,25 @@ func TestChunkRule(t *testing.T) {
 			ops:    []chunkOp{st(1, 2, 3, 4), st(5, 6, 7), rm(1, 2, 3)},
 			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{1: {5, 6, 7, 4}},
 				Writes: []string{"del 0", "put 1 [5 6 7 4]"}},
+		},
+		{
+			name:      "a_big_record_opens_a_chunk_at_the_merge_threshold",
+			bigRecord: 2,
+			ops:       []chunkOp{st(1, 2), st(3, 4)},
+			want: chunkStateView{Next: 2, Chunks: map[uint64][]uint64{0: {1, 2}, 1: {3, 4}},
+				Writes: []string{"put 0 [1 2]", "put 1 [3 4]"}},
+		},
+		{
+			name:      "a_small_record_appends_past_the_merge_threshold",
+			bigRecord: 2,
+			ops:       []chunkOp{st(1, 2), st(3)},
+			want:      chunkStateView{Next: 1, Chunks: map[uint64][]uint64{0: {1, 2, 3}}, Writes: []string{"put 0 [1 2 3]"}},
+		},
+		{
+			name:      "below_the_merge_threshold_a_big_record_appends",
+			bigRecord: 2,
+			ops:       []chunkOp{st(1), st(2, 3)},
+			want:      chunkStateView{Next: 1, Chunks: map[uint64][]uint64{0: {1, 2, 3}}, Writes: []string{"put 0 [1 2 3]"}},
 		},
 		{
 			name: "a_store_of_a_present_key_is_a_no_op",
@@ -204,7 +224,7 @@ func TestChunkRule(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rule := chunkRule{size: 4, openAt: tc.openAt, mergeBelow: 2}
+			rule := chunkRule{size: 4, openAt: tc.openAt, bigRecord: tc.bigRecord, mergeBelow: 2}
 			if tc.mergeBelow != 0 {
 				rule.mergeBelow = tc.mergeBelow
 			}
@@ -214,7 +234,7 @@ func TestChunkRule(t *testing.T) {
 				switch op.kind {
 				case "store", "rekey":
 					keys := op.keys
-					ep.chunks[tier.GPU].beginEvent()
+					ep.chunks[tier.GPU].beginRecord(len(op.keys))
 					if op.kind == "rekey" {
 						removeChunk(rule, ep, tier.GPU, keys[0], win)
 						keys = keys[1:]
@@ -222,7 +242,7 @@ func TestChunkRule(t *testing.T) {
 					for _, k := range keys {
 						storeChunk(rule, ep, tier.GPU, k, k, win)
 					}
-					ep.chunks[tier.GPU].endEvent()
+					ep.chunks[tier.GPU].endRecord()
 				case "remove":
 					for _, k := range op.keys {
 						removeChunk(rule, ep, tier.GPU, k, win)
@@ -241,10 +261,10 @@ func TestChunkRule(t *testing.T) {
 // TestChunkRuleIndependentOfWindows: the chunk state and what etcd ends up
 // with depend only on the op sequence, not on where windows end: the same
 // ops applied in one window, or in windows of one op each, leave the same
-// chunks, and the last write of every chunk key is the same. Store events
+// chunks, and the last write of every chunk key is the same. Store records
 // of one and of three blocks meet the open threshold.
 func TestChunkRuleIndependentOfWindows(t *testing.T) {
-	rule := chunkRule{size: 4, openAt: 3, mergeBelow: 2}
+	rule := chunkRule{size: 4, openAt: 3, bigRecord: 3, mergeBelow: 2}
 	var ops []chunkOp
 	for i := uint64(0); i < 40; i++ {
 		if i%4 == 3 {
@@ -274,7 +294,7 @@ func TestChunkRuleIndependentOfWindows(t *testing.T) {
 		}
 		for i, op := range ops {
 			if op.kind == "store" {
-				ep.chunks[tier.GPU].beginEvent()
+				ep.chunks[tier.GPU].beginRecord(len(op.keys))
 			}
 			for _, k := range op.keys {
 				if op.kind == "store" {
@@ -283,7 +303,7 @@ func TestChunkRuleIndependentOfWindows(t *testing.T) {
 					removeChunk(rule, ep, tier.GPU, k, win)
 				}
 			}
-			ep.chunks[tier.GPU].endEvent()
+			ep.chunks[tier.GPU].endRecord()
 			if every > 0 && i%every == every-1 {
 				flush()
 			}

@@ -251,7 +251,7 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 		kv:     in.kv,
 		leases: in.leases,
 		ap: applier{cfg: &in.cfg, p: part, log: log, m: in.m, dec: events.NewDecoder(in.cfg.Mediums), mediums: in.cfg.Mediums.Fingerprint(),
-			rule: chunkRule{size: in.cfg.ChunkSize, openAt: in.cfg.ChunkOpenAt, mergeBelow: in.cfg.ChunkMergeBelow}, eps: eps, win: win, out: in.outage},
+			rule: in.cfg.chunkRule(), eps: eps, win: win, out: in.outage},
 		win: win,
 		eps: eps,
 		pk: &packer{cfg: &in.cfg, log: log, m: in.m, kv: in.kv, leases: in.leases, p: part, b: newTxnBuilder(in.cfg.MaxTxnOps, ownerKey),

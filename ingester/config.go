@@ -143,15 +143,20 @@ type Config struct {
 	// keyspace.MaxChunkEntries (256). Changing it changes only where new
 	// blocks go: chunks written under another size stay readable.
 	ChunkSize int
-	// ChunkOpenAt is rule 1's open threshold: a store event's first new
-	// block of an (endpoint, tier) opens a new chunk when the open chunk
-	// already holds at least this many entries, so a small event does not
-	// rewrite a nearly full chunk for a few blocks (BENCHMARKS.md "The
-	// open threshold of a store event": at 50k block ops/s, chunks of 64,
-	// etcd DB growth 0.41× v1 against 0.44-0.45× without it, at
-	// 0.092-0.094 etcd ops per block op against 0.086-0.090). Zero means
-	// DefaultChunkOpenAt(ChunkSize), and no less than the merge threshold;
-	// ChunkSize opens a chunk only when the open one is full. Between the
+	// ChunkOpenAt is rule 1's open threshold: a record's first new block
+	// of an (endpoint, tier) opens a new chunk when the open chunk already
+	// holds at least this many entries, so a small record does not
+	// rewrite a nearly full chunk for a few blocks. A big record, one that
+	// stores BigRecordStores(ChunkSize) blocks or more in the tier (8 for
+	// chunks of 64), opens one as soon as the open chunk holds the merge
+	// threshold: it brings about what a window carries for its endpoint,
+	// and appended it would rewrite the open chunk whole for them
+	// (BENCHMARKS.md "The open threshold of a record": at 50k block
+	// ops/s, chunks of 64, etcd DB growth 0.33-0.34× v1 against 0.41×
+	// for the threshold per store event and 0.44-0.45× without one).
+	// Zero means DefaultChunkOpenAt(ChunkSize), and no less than the merge
+	// threshold; ChunkSize opens a chunk only when the open one is full,
+	// big records included. Between the
 	// merge threshold (a chunk closed below it would be sparse at once)
 	// and ChunkSize. Like ChunkSize, it changes only where new blocks go;
 	// a new owner repairs a layout an owner with another setting left
@@ -272,6 +277,20 @@ func (k TxnKind) String() string {
 // the default merge threshold: 3/4 of it, at least 1 (48 for chunks of
 // 64).
 func DefaultChunkOpenAt(chunkSize int) int { return max(1, chunkSize*3/4) }
+
+// BigRecordStores is the number of stores in one tier that makes a record
+// big for rule 1 (see Config.ChunkOpenAt): an eighth of the chunk size,
+// 0 (no record is big) below a chunk size of 8.
+func BigRecordStores(chunkSize int) int { return chunkSize / 8 }
+
+// chunkRule is the chunk rule a validated config sets.
+func (c *Config) chunkRule() chunkRule {
+	r := chunkRule{size: c.ChunkSize, openAt: c.ChunkOpenAt, mergeBelow: c.ChunkMergeBelow}
+	if c.ChunkOpenAt < c.ChunkSize {
+		r.bigRecord = BigRecordStores(c.ChunkSize)
+	}
+	return r
+}
 
 // chunkMergeBelow is ChunkMergeBelow with its default filled in: a
 // quarter of ChunkSize, at least 1.

@@ -342,7 +342,7 @@ func (f *setupFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hashMode, "hash-mode", string(ingester.DefaultConfig().HashMode),
 		"the ingesters' --hash-mode: token (blocks keyed from their token ids; the freshness probes look up token keys) or engine")
 	fs.IntVar(&f.chunkSize, "chunk-size", ingester.DefaultConfig().ChunkSize, "the ingesters' --chunk-size: the most blocks of one chunk key (their --chunk-merge-below follows it, a quarter)")
-	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a store event's first new block opens a new chunk when the newest already holds this many (0: their default, 3/4 of --chunk-size; --chunk-size: only when full)")
+	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a record's first new block in a tier opens a new chunk when the newest already holds this many, or the merge threshold for a record storing --chunk-size/8 there (0: their default, 3/4 of --chunk-size; --chunk-size: only when full)")
 	fs.BoolVar(&f.fsync, "fsync", true, "run etcd with fsync on, as every deployment does; --fsync=false only to compare with figures measured without it")
 }
 

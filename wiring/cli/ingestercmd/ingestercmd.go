@@ -76,7 +76,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.IntVar(&c.QueueBytes, "queue-bytes", c.QueueBytes, "most fetched record bytes queued for one partition's worker before fetching that partition pauses")
 	fs.IntVar(&c.KeysPerLease, "keys-per-lease", c.KeysPerLease, "most chunk keys attached to one lease before an (endpoint, tier) gets another")
 	fs.IntVar(&c.ChunkSize, "chunk-size", c.ChunkSize, "most blocks in one chunk key of an (endpoint, tier); new blocks fill the newest chunk (1 to 256)")
-	fs.IntVar(&c.ChunkOpenAt, "chunk-open-at", c.ChunkOpenAt, "a store event's first new block opens a new chunk when the newest already holds this many blocks (0: 3/4 of --chunk-size; --chunk-size: only when full)")
+	fs.IntVar(&c.ChunkOpenAt, "chunk-open-at", c.ChunkOpenAt, "a record's first new block in a tier opens a new chunk when the newest already holds this many blocks, or, for a record storing --chunk-size/8 blocks or more there, the merge threshold (0: 3/4 of --chunk-size; --chunk-size: only when full, big records included)")
 	fs.IntVar(&c.ChunkMergeBelow, "chunk-merge-below", c.ChunkMergeBelow, "a chunk other than the newest left with fewer blocks than this moves them to the newest and is deleted (0: --chunk-size/4; 1: never)")
 	fs.StringArrayVar(&f.mediums, "medium", nil, "NAME=gpu|cpu|disk|none: map the engine medium NAME (matched case-insensitively) to a tier, or with none take it out of the default table; repeatable. Changing the table drops each endpoint written under the old one at its next record")
 	f.ops.Register(fs)

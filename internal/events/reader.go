@@ -144,49 +144,42 @@ func (r *reader) float() (float64, error) {
 // arrayLen reads an array header; nil reads as 0. Any other code is an
 // error. The count is as claimed: callers bound it by len.
 func (r *reader) arrayLen() (int, error) {
-	c, err := r.peek()
-	if err != nil {
-		return 0, err
-	}
-	r.i++
-	switch {
-	case msgpcode.IsFixedArray(c):
-		return int(c & msgpcode.FixedArrayMask), nil
-	case c == msgpcode.Array16:
-		n, err := r.uintN(2)
-		return int(n), err
-	case c == msgpcode.Array32:
-		n, err := r.uintN(4)
-		return int(n), err
-	case c == msgpcode.Nil:
-		return 0, nil
-	}
-	r.i--
-	return 0, fmt.Errorf("%s is not an array", describe(c))
+	return r.containerLen(msgpcode.FixedArrayLow, msgpcode.FixedArrayMask, msgpcode.Array16, msgpcode.Array32, "an array")
 }
 
 // mapLen reads a map header (the number of key-value pairs); nil reads as
 // 0. Any other code is an error. The count is as claimed.
 func (r *reader) mapLen() (int, error) {
+	return r.containerLen(msgpcode.FixedMapLow, msgpcode.FixedMapMask, msgpcode.Map16, msgpcode.Map32, "a map")
+}
+
+// containerLen reads the header of an array or a map, whose formats differ
+// only in their codes: a fix form (fixLow with the count in its mask
+// bits), a 16-bit and a 32-bit count. nil reads as 0; any other code is an
+// error naming what was wanted, and consumes nothing.
+func (r *reader) containerLen(fixLow, fixMask, code16, code32 byte, want string) (int, error) {
 	c, err := r.peek()
 	if err != nil {
 		return 0, err
 	}
-	r.i++
+	var size int
 	switch {
-	case msgpcode.IsFixedMap(c):
-		return int(c & msgpcode.FixedMapMask), nil
-	case c == msgpcode.Map16:
-		n, err := r.uintN(2)
-		return int(n), err
-	case c == msgpcode.Map32:
-		n, err := r.uintN(4)
-		return int(n), err
+	case c&^fixMask == fixLow:
+		r.i++
+		return int(c & fixMask), nil
+	case c == code16:
+		size = 2
+	case c == code32:
+		size = 4
 	case c == msgpcode.Nil:
+		r.i++
 		return 0, nil
+	default:
+		return 0, fmt.Errorf("%s is not %s", describe(c), want)
 	}
-	r.i--
-	return 0, fmt.Errorf("%s is not a map", describe(c))
+	r.i++
+	n, err := r.uintN(size)
+	return int(n), err
 }
 
 // bytesLen reads the header of a str or bin and returns the length it

@@ -33,12 +33,20 @@ func FuzzDecode(f *testing.F) {
 	}
 	dec := NewDecoder(nil)
 	f.Fuzz(func(t *testing.T, payload []byte) {
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		b, err := dec.Decode(payload)
-		runtime.ReadMemStats(&after)
-		if limit := allocLimit(len(payload)); after.TotalAlloc-before.TotalAlloc > limit {
-			t.Fatalf("decoding %d bytes allocated %d bytes, limit %d", len(payload), after.TotalAlloc-before.TotalAlloc, limit)
+		b, allocated, err := decodeAllocated(dec, payload)
+		if limit := allocLimit(len(payload)); allocated > limit {
+			// TotalAlloc is the process's: an allocation of another
+			// goroutine (the fuzzing worker's own) may land inside the
+			// window. The decoder's own is the same on every run but
+			// for its one-string caches (the last medium and spec kind),
+			// so only a payload over the limit on three runs fails.
+			for range 2 {
+				_, again, _ := decodeAllocated(dec, payload)
+				allocated = min(allocated, again)
+			}
+			if allocated > limit {
+				t.Fatalf("decoding %d bytes allocated %d bytes on each of 3 runs, limit %d", len(payload), allocated, limit)
+			}
 		}
 		if err != nil {
 			if !errors.Is(err, ErrMalformedBatch) {
@@ -102,6 +110,16 @@ func v11Seeds(tb testing.TB) [][]byte {
 		out = append(out, b)
 	}
 	return out
+}
+
+// decodeAllocated decodes payload with dec and reports the bytes the
+// process allocated meanwhile (runtime.MemStats.TotalAlloc).
+func decodeAllocated(dec *Decoder, payload []byte) (Batch, uint64, error) {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	b, err := dec.Decode(payload)
+	runtime.ReadMemStats(&after)
+	return b, after.TotalAlloc - before.TotalAlloc, err
 }
 
 // allocLimit is the most a payload of n bytes may make the decoder

@@ -379,17 +379,22 @@ func (a *applier) beginRecord(ep *endpoint, evs []events.Event) {
 }
 
 // stored applies a BlockStored event: a store of each block hash by the
-// chunk rule (chunks.go), and the endpoint's block size.
+// chunk rule (chunks.go), and the endpoint's block size. In token mode the
+// size is taken only from an event whose token ids keyed a block at it:
+// a store skipped as unkeyable (its tokens do not fill its blocks) names
+// no size the endpoint's keys were made at, and token Lookups key the
+// prompt at each endpoint's size.
 func (a *applier) stored(ep *endpoint, ev *events.Event) {
 	a.win.blockOps += len(ev.BlockHashes)
+	sized := ev.BlockSize > 0
 	if a.tokenMode() {
-		a.storedTokens(ep, ev)
+		sized = a.storedTokens(ep, ev) && sized
 	} else {
 		for _, hash := range ev.BlockHashes {
 			storeChunk(a.rule, ep, ev.Tier, hash, hash, a.win)
 		}
 	}
-	if ev.BlockSize > 0 {
+	if sized {
 		ep.cur.blockSize = ev.BlockSize
 	}
 }

@@ -43,11 +43,13 @@ func (a *applier) tokenMode() bool { return a.cfg.HashMode == keyspace.HashModeT
 // the map learns engine hash -> key. A token-less placeholder takes the key
 // its engine hash already has on the endpoint. What cannot be keyed is
 // skipped and counted; the rest of the event after an unkeyable block is
-// skipped too, since it chains on it.
-func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
+// skipped too, since it chains on it. sized reports whether the event's
+// token ids keyed a block at its block size, which only then is the
+// endpoint's (a placeholder keys by the map, not by the size).
+func (a *applier) storedTokens(ep *endpoint, ev *events.Event) (sized bool) {
 	n := len(ev.BlockHashes)
 	if n == 0 {
-		return
+		return false
 	}
 	if len(ev.TokenIDs) == 0 {
 		for _, h := range ev.BlockHashes {
@@ -58,16 +60,16 @@ func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 			}
 			a.storeKey(ep, ev.Tier, h, key)
 		}
-		return
+		return false
 	}
 	bs := int(ev.BlockSize)
 	switch {
 	case bs <= 0 || len(ev.TokenIDs) != n*bs:
 		a.unkeyed(unkeyedTokens, n)
-		return
+		return false
 	case ev.BadExtraKeys != "" || (ev.HasExtraKeys && ev.ExtraKeysLen != n):
 		a.unkeyed(unkeyedExtras, n)
-		return
+		return false
 	}
 	parent := client.TokenKeyRoot
 	if ev.HasParent {
@@ -75,7 +77,7 @@ func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 		if parent, ok = a.maps.lookup(ep, ev.ParentHash); !ok {
 			if ev.ParentHash != 0 {
 				a.unkeyed(unkeyedParent, n)
-				return
+				return false
 			}
 			// Parent 0 that names no block of the endpoint is "no
 			// parent" (DESIGN "Hashing": array-format producers such as
@@ -87,12 +89,13 @@ func (a *applier) storedTokens(ep *endpoint, ev *events.Event) {
 		toks, ok := a.blockTokens(ev.TokenIDs[i*bs : (i+1)*bs])
 		if !ok {
 			a.unkeyed(unkeyedTokens, n-i)
-			return
+			return i > 0
 		}
 		key := client.TokenBlockKey(parent, toks, a.blockExtras(ev, i))
 		a.storeKey(ep, ev.Tier, h, key)
 		parent = key
 	}
+	return true
 }
 
 // storeKey records engine hash h present in tier t under key and stores

@@ -621,3 +621,44 @@ func TestRebuildAtStoredOffset(t *testing.T) {
 		t.Errorf("chunk_next at the newest revision %d, want 2", n)
 	}
 }
+
+// TestTokenModeBlockSizeFromKeyedStores: the endpoint's block size comes
+// only from stores whose token ids keyed a block at it. A store skipped
+// as unkeyable (3 tokens for a block of 999) leaves the size, so the
+// endpoint's blocks still match a token Lookup at it, and a placeholder
+// (no token ids) names no size either.
+func TestTokenModeBlockSizeFromKeyedStores(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
+	defer cancel()
+	e := newEnv(t, 1, []string{"tok-size"})
+	tr := startToken(t, e, "tok-size", "/kvindex/tok-size/", nil)
+	p := &tokenPod{pod: "p"}
+	toks := tokenIDs(12, 7)
+	blockSize := func(step string, want uint32) {
+		t.Helper()
+		resp, err := e.etcd.Client.Get(ctx, tr.cfg.Keyspace.EndpointKey(keyspace.Endpoint{Model: tokenModel, Pod: "p"}))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("%s: endpoint record: %v, %d keys", step, err, len(resp.Kvs))
+		}
+		rec, err := keyspace.UnmarshalEndpointRecord(resp.Kvs[0].Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.BlockSize != want {
+			t.Errorf("%s: block size %d, want %d", step, rec.BlockSize, want)
+		}
+	}
+	tr.send(t, ctx, p.batch(t, stored([]uint64{1, 2}, 0, toks[:8], 4, "GPU")))
+	blockSize("keyed", 4)
+	tr.send(t, ctx, p.batch(t,
+		stored([]uint64{4}, 2, toks[:5], 5, "GPU"),   // 5 tokens, 1 block of 5, chained on 2: keyed
+		stored([]uint64{3}, 0, toks[:3], 999, "GPU"), // 3 tokens for a block of 999
+		stored([]uint64{1}, 0, nil, 7, "CPU"),        // a placeholder naming 7
+	))
+	blockSize("keyed at 5, then two that name other sizes", 5)
+	tr.send(t, ctx, p.batch(t, stored([]uint64{5}, 0, toks[:3], 999, "GPU")))
+	blockSize("unkeyable", 5)
+	if got := promtest.ToFloat64(tr.r.in.m.unkeyedBlocks.WithLabelValues(unkeyedTokens)); got != 2 {
+		t.Errorf("unkeyed blocks for bad tokens = %v, want 2", got)
+	}
+}

@@ -59,7 +59,8 @@ type LeaseShard struct {
 // operators can read it with etcdctl.
 type EndpointRecord struct {
 	// BlockSize is the engine's block size in tokens from its last
-	// BlockStored that carried a non-zero one; 0 when unknown.
+	// BlockStored that carried a non-zero one (in token mode, one whose
+	// token ids keyed a block at it); 0 when unknown.
 	BlockSize uint32 `json:"block_size,omitempty"`
 	// HashMode says what the block keys' hash segment is. Decoding a
 	// record that has none (written before v1.1) gives HashModeEngine.

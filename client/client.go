@@ -448,9 +448,11 @@ func (c *Client) Lookup(ctx context.Context, model string, hashes []uint64, opts
 // in engine-hash mode are not considered. Besides the sentinels of
 // errors.go it errors with ErrInvalidArgument, before sending, for a
 // LoRA name, salt or item hash that is not valid UTF-8 or an item offset
-// or length outside [0, 2^32); the server refuses more than 4 block sizes
-// among the candidates, prompts over its limits (docs/limits.md) and
-// multimodal items out of prompt order, also with ErrInvalidArgument.
+// or length outside [0, 2^32); the server refuses prompts over its limits
+// (docs/limits.md) and multimodal items out of prompt order, also with
+// ErrInvalidArgument. Past 4 block sizes among the candidates the server
+// keys the 4 whose endpoints hold the most blocks and leaves the other
+// endpoints out of the answer.
 func (c *Client) LookupTokens(ctx context.Context, model string, p TokenPrompt, opts ...LookupOption) (*LookupResult, error) {
 	tp := &kvindexv1.TokenPrompt{TokenIds: p.TokenIDs, LoraName: p.LoRAName, CacheSalt: p.CacheSalt}
 	if !utf8.ValidString(p.LoRAName) {

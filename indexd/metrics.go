@@ -21,6 +21,7 @@ type metrics struct {
 	ready          prometheus.Gauge
 	inflightBlocks prometheus.Gauge
 	staleWarnings  prometheus.Counter
+	tokenLeftOut   prometheus.Counter
 }
 
 // newMetrics builds the metrics and registers them, with gauges that read
@@ -83,6 +84,10 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 			Name: "kvindex_indexd_stale_total",
 			Help: "Times the last progress from etcd grew older than --stale-log-after (each logged once).",
 		}),
+		tokenLeftOut: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_indexd_token_lookup_left_out_total",
+			Help: "Endpoints left out of token Lookups: their model's candidates had more than 4 block sizes, and theirs was not among the 4 whose endpoints hold the most blocks.",
+		}),
 	}
 	if reg == nil {
 		return m
@@ -96,7 +101,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		})
 	}
 	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
-		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings,
+		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings, m.tokenLeftOut,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvindex_indexd_progress_age_seconds",
 			Help: "Seconds since the replica last heard from etcd that its watch was current (progress notification, watch event or list); 0 before the first list.",

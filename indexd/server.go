@@ -66,7 +66,15 @@ type Server struct {
 	waiters atomic.Int64
 	// inflight counts the blocks of the Lookups being answered (admit).
 	inflight atomic.Int64
+	// leftOutLogged is when a token Lookup last logged the endpoints it
+	// left out (Unix nanoseconds; leftOutLogEvery apart).
+	leftOutLogged atomic.Int64
 }
+
+// leftOutLogEvery is the least time between two WARNs about endpoints a
+// token Lookup left out; kvindex_indexd_token_lookup_left_out_total counts
+// every one.
+const leftOutLogEvery = time.Minute
 
 // serviceName is the gRPC health service name of the API.
 const serviceName = "kvindex.v1.IndexService"
@@ -347,8 +355,9 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 	sc := s.pool.Get().(*index.Scratch)
 	defer s.pool.Put(sc)
 	if req.Tokens != nil {
-		if err := ix.LookupTokens(sc, req.Model, tokenKeyer(req.Tokens), cands); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidArgument, err)
+		ix.LookupTokens(sc, req.Model, tokenKeyer(req.Tokens), cands)
+		if sc.LeftOut > 0 {
+			s.leftOut(req.Model, sc)
 		}
 	} else {
 		ix.Lookup(sc, req.Model, req.BlockHashes, cands)
@@ -358,6 +367,21 @@ func (s *Server) lookup(ctx context.Context, req *kvindexv1.LookupRequest) (*kvi
 		resp.ProgressTime = timestamppb.New(progress)
 	}
 	return resp, nil
+}
+
+// leftOut counts the endpoints a token Lookup of model left out (their
+// block size was not among the index.MaxTokenBlockSizes it keyed at) and
+// logs a WARN at most every leftOutLogEvery.
+func (s *Server) leftOut(model string, sc *index.Scratch) {
+	s.m.tokenLeftOut.Add(float64(sc.LeftOut))
+	now := time.Now().UnixNano()
+	last := s.leftOutLogged.Load()
+	if now-last < int64(leftOutLogEvery) || !s.leftOutLogged.CompareAndSwap(last, now) {
+		return
+	}
+	s.cfg.Logger.Warn("token Lookup left endpoints out: their model's endpoints have more block sizes than one Lookup keys at",
+		"model", model, "endpoints_left_out", sc.LeftOut, "sizes_left_out", sc.LeftOutSizes,
+		"sizes_kept", index.MaxTokenBlockSizes, "kept", "the sizes whose endpoints hold the most blocks")
 }
 
 // tokensPerBlockCost is the block size a token Lookup's cost assumes: the

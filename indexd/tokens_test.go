@@ -3,6 +3,7 @@ package indexd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -269,7 +270,6 @@ func TestTokenLookupInvalid(t *testing.T) {
 		{"item_without_length", mm(&kvindexv1.MultiModalItem{Hash: "a"}), "multimodal_items[0].length is 0"},
 		{"items_overlap", mm(&kvindexv1.MultiModalItem{Hash: "a", Length: 4}, &kvindexv1.MultiModalItem{Hash: "b", Offset: 3, Length: 1}), "multimodal_items[1] starts at token 3, inside or before"},
 		{"items_out_of_order", mm(&kvindexv1.MultiModalItem{Hash: "a", Offset: 5, Length: 1}, &kvindexv1.MultiModalItem{Hash: "b", Offset: 0, Length: 1}), "must be in prompt order"},
-		{"five_block_sizes", &kvindexv1.LookupRequest{Model: "sizes", Tokens: &kvindexv1.TokenPrompt{TokenIds: []uint32{1, 2, 3, 4}}}, "5 block sizes (4, 8, 16, 32, 64 tokens); a token Lookup keys at most 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
@@ -292,5 +292,53 @@ func TestTokenLookupInvalid(t *testing.T) {
 	}
 	if diff := gocmp.Diff(&kvindexv1.LookupResponse{Revision: resp.Revision, AppliedOffsets: resp.AppliedOffsets, ProgressTime: resp.ProgressTime}, resp, protocmp.Transform()); diff != "" {
 		t.Fatalf("four block sizes, no blocks stored: (-want +got):\n%s", diff)
+	}
+}
+
+// TestTokenLookupPastFourBlockSizes: the endpoints of a model have five
+// block sizes. A token Lookup keys the four whose endpoints hold the most
+// blocks (the smaller size first on a tie), answers for them, and counts
+// the endpoints of the fifth as left out: an endpoint reporting an odd
+// block size hides only itself.
+func TestTokenLookupPastFourBlockSizes(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	r := startReplica(t, e.Client)
+	r.waitServing(t)
+	w := newWriter(t, e.Client)
+	toks := make([]uint32, 64)
+	for i := range toks {
+		toks[i] = uint32(500 + i)
+	}
+	prompt := client.TokenPrompt{TokenIDs: toks}
+	var ops []any
+	// p4 (4 tokens) holds 16 blocks, p64 one; p8, p16, p32 none, so the
+	// tie among them leaves the largest, 32, out.
+	for _, s := range []struct {
+		pod    string
+		size   uint32
+		blocks int
+	}{{"p4", 4, 16}, {"p8", 8, 0}, {"p16", 16, 0}, {"p32", 32, 0}, {"p64", 64, 1}} {
+		ep := keyspace.Endpoint{Model: model, Pod: s.pod}
+		ops = append(ops, w.record(ep, keyspace.EndpointRecord{HashMode: keyspace.HashModeToken, BlockSize: s.size}))
+		if s.blocks > 0 {
+			ops = append(ops, w.putTokenBlocks(ep, tier.GPU, client.TokenKeys(prompt, int(s.size))[:s.blocks])...)
+		}
+	}
+	w.commit(ops...)
+	got := briefs(tokenLookup(t, r, w, &kvindexv1.TokenPrompt{TokenIds: toks}))
+	want := []brief{
+		{Pod: "p4", Blocks: 16, BlockSize: 4, Tiers: slices.Repeat([]kvindexv1.Tier{kvindexv1.Tier_TIER_GPU}, 16)},
+		{Pod: "p64", Blocks: 1, BlockSize: 64, Tiers: []kvindexv1.Tier{kvindexv1.Tier_TIER_GPU}},
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Fatalf("five block sizes (-want +got):\n%s", diff)
+	}
+	if n := r.counter(t, r.srv.m.tokenLeftOut); n != 1 {
+		t.Errorf("kvindex_indexd_token_lookup_left_out_total = %v, want 1 (p32)", n)
+	}
+	// Named as candidates, four sizes fit: nothing is left out.
+	tokenLookup(t, r, w, &kvindexv1.TokenPrompt{TokenIds: toks}, "p8", "p16", "p32", "p64")
+	if n := r.counter(t, r.srv.m.tokenLeftOut); n != 1 {
+		t.Errorf("after a Lookup of four sizes, left out = %v, want still 1", n)
 	}
 }

@@ -14,8 +14,4 @@ var (
 	// not decode (an endpoint record or an offset); the caller counts and
 	// skips the event.
 	ErrMalformedValue = errors.New("index: malformed value")
-	// ErrTooManyBlockSizes reports a token Lookup whose endpoints have
-	// more than MaxTokenBlockSizes block sizes; the message names them
-	// (indexd answers INVALID_ARGUMENT).
-	ErrTooManyBlockSizes = errors.New("index: too many block sizes for one token Lookup")
 )

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -493,6 +492,10 @@ type Scratch struct {
 	Matches  []Match
 	Revision int64
 	Offsets  []PartitionOffset
+	// LeftOut is, after LookupTokens, the endpoints it left out because
+	// their block size was not among the MaxTokenBlockSizes it keyed at;
+	// LeftOutSizes is how many sizes that was (both 0 after Lookup).
+	LeftOut, LeftOutSizes int
 }
 
 // probeChunk is how many hashes Lookup probes before intersecting them:
@@ -563,7 +566,8 @@ func (ix *Index) candidateIDs(sc *Scratch, model string, candidates []keyspace.E
 }
 
 // MaxTokenBlockSizes is the most distinct block sizes one token Lookup
-// keys its prompt at (DESIGN "Hashing"); more is ErrTooManyBlockSizes.
+// keys its prompt at (DESIGN "Hashing"); past it LookupTokens keeps the
+// sizes whose endpoints hold the most blocks.
 const MaxTokenBlockSizes = 4
 
 // Keyer appends a token prompt's block keys at blockSize tokens per block
@@ -577,20 +581,23 @@ type Keyer func(dst []uint64, blockSize int) []uint64
 // size; the prompt is keyed once per size with keys, and each group is
 // looked up with its own keys as Lookup does. Every match carries the
 // block size it was keyed at; sc.Matches come out in Lookup's order across
-// all groups. More than MaxTokenBlockSizes sizes is an error wrapping
-// ErrTooManyBlockSizes that names them, and sc is then not an answer.
+// all groups.
+//
+// When those endpoints have more than MaxTokenBlockSizes sizes, only the
+// MaxTokenBlockSizes sizes whose endpoints hold the most blocks (all
+// tiers; the smaller size on a tie) are keyed, and the endpoints of the
+// others are left out of the answer, counted in sc.LeftOut and
+// sc.LeftOutSizes. An endpoint that reports an odd block size then hides
+// only itself, not every endpoint of its model.
 //
 // Keys are computed before the read lock is taken, for the sizes the
 // endpoints have then; a size that appears between that and the answer's
 // state is keyed under the lock.
-func (ix *Index) LookupTokens(sc *Scratch, model string, keys Keyer, candidates []keyspace.Endpoint) error {
+func (ix *Index) LookupTokens(sc *Scratch, model string, keys Keyer, candidates []keyspace.Endpoint) {
 	sc.sized = sc.sized[:0]
 	ix.mu.RLock()
-	err := ix.tokenGroupsLocked(sc, model, candidates)
+	ix.tokenGroupsLocked(sc, model, candidates)
 	ix.mu.RUnlock()
-	if err != nil {
-		return err
-	}
 	for _, g := range sc.groups {
 		sc.keysFor(g.size, keys)
 	}
@@ -598,9 +605,7 @@ func (ix *Index) LookupTokens(sc *Scratch, model string, keys Keyer, candidates 
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	ix.beginLocked(sc)
-	if err := ix.tokenGroupsLocked(sc, model, candidates); err != nil {
-		return err
-	}
+	ix.tokenGroupsLocked(sc, model, candidates)
 	tbl := ix.tables[model]
 	for _, g := range sc.groups {
 		ix.lookupLocked(sc, tbl, sc.keysFor(g.size, keys), sc.groupIDs[g.from:g.to], true)
@@ -609,7 +614,6 @@ func (ix *Index) LookupTokens(sc *Scratch, model string, keys Keyer, candidates 
 		// Each group's matches are in order; merge them into one.
 		slices.SortStableFunc(sc.Matches, compareMatches)
 	}
-	return nil
 }
 
 // compareMatches is the answer's order: blocks descending, then pod, then
@@ -645,28 +649,28 @@ func (sc *Scratch) keysFor(size uint32, keys Keyer) []uint64 {
 
 // tokenGroupsLocked fills sc.groups and sc.groupIDs with the token-mode
 // endpoints of model (the known ones among candidates when it is non-nil)
-// by block size, sizes ascending, IDs sorted in each group.
-func (ix *Index) tokenGroupsLocked(sc *Scratch, model string, candidates []keyspace.Endpoint) error {
+// by block size, sizes ascending, IDs sorted in each group, at most
+// MaxTokenBlockSizes groups (keepSizesLocked).
+func (ix *Index) tokenGroupsLocked(sc *Scratch, model string, candidates []keyspace.Endpoint) {
 	sc.groups, sc.groupIDs = sc.groups[:0], sc.groupIDs[:0]
+	sc.LeftOut, sc.LeftOutSizes = 0, 0
 	tbl := ix.tables[model]
 	if tbl == nil {
-		return nil
+		return
 	}
 	if candidates == nil {
 		for size := range tbl.tokenBySize {
 			sc.groups = append(sc.groups, sizeGroup{size: size})
 		}
 		slices.SortFunc(sc.groups, func(a, b sizeGroup) int { return cmp.Compare(a.size, b.size) })
-		if err := tooManySizes(sc.groups); err != nil {
-			return err
-		}
 		for i := range sc.groups {
 			g := &sc.groups[i]
 			g.from = len(sc.groupIDs)
 			sc.groupIDs = append(sc.groupIDs, tbl.tokenBySize[g.size]...)
 			g.to = len(sc.groupIDs)
 		}
-		return nil
+		ix.keepSizesLocked(sc)
+		return
 	}
 	ids := sc.groupIDs[:0]
 	for _, c := range candidates {
@@ -692,20 +696,52 @@ func (ix *Index) tokenGroupsLocked(sc *Scratch, model string, candidates []keysp
 		sc.groups[len(sc.groups)-1].to = i + 1
 	}
 	sc.groupIDs = ids
-	return tooManySizes(sc.groups)
+	ix.keepSizesLocked(sc)
 }
 
-// tooManySizes reports groups of more than MaxTokenBlockSizes sizes.
-func tooManySizes(groups []sizeGroup) error {
-	if len(groups) <= MaxTokenBlockSizes {
-		return nil
+// keepSizesLocked cuts sc.groups to the MaxTokenBlockSizes sizes whose
+// endpoints hold the most blocks, the smaller size first on a tie, and
+// counts the endpoints and sizes it drops in sc.LeftOut and
+// sc.LeftOutSizes. The kept groups stay in size order; each keeps its
+// IDs, moved down over the dropped groups'.
+func (ix *Index) keepSizesLocked(sc *Scratch) {
+	if len(sc.groups) <= MaxTokenBlockSizes {
+		return
 	}
-	sizes := make([]string, len(groups))
-	for i, g := range groups {
-		sizes[i] = strconv.FormatUint(uint64(g.size), 10)
+	held := make([]uint64, len(sc.groups))
+	for i, g := range sc.groups {
+		for _, id := range sc.groupIDs[g.from:g.to] {
+			for _, n := range ix.eps[id].blocks {
+				held[i] += n
+			}
+		}
 	}
-	return fmt.Errorf("%w: the endpoints in token mode have %d block sizes (%s tokens); a token Lookup keys at most %d: narrow the candidates",
-		ErrTooManyBlockSizes, len(groups), strings.Join(sizes, ", "), MaxTokenBlockSizes)
+	rank := make([]int, len(sc.groups))
+	for i := range rank {
+		rank[i] = i
+	}
+	slices.SortFunc(rank, func(a, b int) int {
+		if c := cmp.Compare(held[b], held[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(sc.groups[a].size, sc.groups[b].size)
+	})
+	keep := make([]bool, len(sc.groups))
+	for _, i := range rank[:MaxTokenBlockSizes] {
+		keep[i] = true
+	}
+	groups, ids := sc.groups[:0], sc.groupIDs[:0]
+	for i, g := range sc.groups {
+		if !keep[i] {
+			sc.LeftOut += g.to - g.from
+			sc.LeftOutSizes++
+			continue
+		}
+		from := len(ids)
+		ids = append(ids, sc.groupIDs[g.from:g.to]...) // never ahead of what it reads
+		groups = append(groups, sizeGroup{size: g.size, from: from, to: len(ids)})
+	}
+	sc.groups, sc.groupIDs = groups, ids
 }
 
 // lookupLocked walks hashes in order keeping the sorted list of endpoints

@@ -51,9 +51,10 @@ func (r *Reference) meta(ep keyspace.Endpoint) Meta {
 // LookupTokens is index.Index.LookupTokens's answer computed the slow
 // way: every endpoint of model (or of candidates, when non-nil) whose
 // record says token mode with a block size is matched against keys(size)
-// on its own; ok is false when those endpoints have more than
-// index.MaxTokenBlockSizes sizes.
-func (r *Reference) LookupTokens(model string, keys func(blockSize int) []uint64, candidates []keyspace.Endpoint) (out []index.Match, ok bool) {
+// on its own. Past index.MaxTokenBlockSizes sizes, only the sizes whose
+// endpoints hold the most blocks (every tier; the smaller size on a tie)
+// are kept; leftOut is the endpoints and the sizes left out.
+func (r *Reference) LookupTokens(model string, keys func(blockSize int) []uint64, candidates []keyspace.Endpoint) (out []index.Match, leftOut [2]int) {
 	eps := map[keyspace.Endpoint]bool{}
 	if candidates != nil {
 		for _, c := range candidates {
@@ -67,24 +68,48 @@ func (r *Reference) LookupTokens(model string, keys func(blockSize int) []uint64
 			}
 		}
 	}
-	sizes := map[uint32]bool{}
+	held := map[uint32]int{}
 	for ep := range eps {
 		m := r.meta(ep)
-		if m.HashMode != keyspace.HashModeToken || m.BlockSize == 0 {
+		if !r.Records[ep] || m.HashMode != keyspace.HashModeToken || m.BlockSize == 0 {
 			delete(eps, ep)
 			continue
 		}
-		sizes[m.BlockSize] = true
+		held[m.BlockSize] += 0 // the size counts with no block too
+		for b := range r.Present {
+			if b.Endpoint == ep {
+				held[m.BlockSize]++
+			}
+		}
 	}
-	if len(sizes) > index.MaxTokenBlockSizes {
-		return nil, false
+	sizes := make([]uint32, 0, len(held))
+	for s := range held {
+		sizes = append(sizes, s)
+	}
+	slices.SortFunc(sizes, func(a, b uint32) int {
+		if held[a] != held[b] {
+			return held[b] - held[a]
+		}
+		return int(a) - int(b)
+	})
+	kept := map[uint32]bool{}
+	for i, s := range sizes {
+		if i < index.MaxTokenBlockSizes {
+			kept[s] = true
+		} else {
+			leftOut[1]++
+		}
 	}
 	for ep := range eps {
 		size := r.meta(ep).BlockSize
+		if !kept[size] {
+			leftOut[0]++
+			continue
+		}
 		out = append(out, r.Lookup(model, keys(int(size)), []keyspace.Endpoint{ep})...)
 	}
 	SortMatches(out)
-	return out, true
+	return out, leftOut
 }
 
 // Lookup is index.Index.Lookup's answer computed the slow way: per

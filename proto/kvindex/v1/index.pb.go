@@ -350,8 +350,10 @@ type LookupRequest struct {
 	// (docs/hashing.md) once per distinct block size among the candidate
 	// endpoints in token hash mode. Exactly one of block_hashes and tokens
 	// is set; both, or neither with a non-empty prompt, is INVALID_ARGUMENT.
-	// More than 4 distinct block sizes among the candidates is
-	// INVALID_ARGUMENT naming them.
+	// Past 4 distinct block sizes among the candidates the replica keys the
+	// 4 whose endpoints hold the most blocks and leaves the endpoints of the
+	// others out of the answer (counted in
+	// kvindex_indexd_token_lookup_left_out_total).
 	Tokens        *TokenPrompt `protobuf:"bytes,5,opt,name=tokens,proto3" json:"tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
 
@@ -253,7 +254,7 @@ func (d *Decoder) decodeRank(b *Batch) error {
 		return fmt.Errorf("data_parallel_rank: %w", err)
 	}
 	if neg || u > math.MaxUint32 {
-		return fmt.Errorf("data_parallel_rank %d is out of range [0, %d]", int64(u), uint32(math.MaxUint32))
+		return fmt.Errorf("data_parallel_rank %s is out of range [0, %d]", intText(u, neg), uint32(math.MaxUint32))
 	}
 	b.Rank, b.HasRank = uint32(u), true
 	return nil
@@ -499,7 +500,7 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if neg || u > math.MaxInt64 {
-			s.fail("field %s %d is out of range [0, %d]", name, int64(u), int64(math.MaxInt64))
+			s.fail("field %s %s is out of range [0, %d]", name, intText(u, neg), int64(math.MaxInt64))
 		}
 		s.ev.GroupIdx = int64(u)
 		return nil
@@ -770,7 +771,7 @@ func (d *Decoder) optUint(s *eventState, name string, limit uint64) (uint64, boo
 		return 0, false, fmt.Errorf("%s: %w", name, err)
 	}
 	if neg || u > limit {
-		s.fail("field %s %d is out of range [0, %d]", name, int64(u), limit)
+		s.fail("field %s %s is out of range [0, %d]", name, intText(u, neg), limit)
 		return 0, false, nil
 	}
 	return u, true, nil
@@ -814,6 +815,15 @@ func (d *Decoder) optStr(s *eventState, name string, cache *string) (string, err
 // integer decodes any msgpack integer (reader.integer); the caller has
 // checked the code.
 func (d *Decoder) integer() (u uint64, neg bool, err error) { return d.r.integer() }
+
+// intText formats an integer as integer returned it: u is the value's
+// int64 bits when neg, else the value.
+func intText(u uint64, neg bool) string {
+	if neg {
+		return strconv.FormatInt(int64(u), 10)
+	}
+	return strconv.FormatUint(u, 10)
+}
 
 // float decodes a number (float32, float64 or an integer) as float64.
 func (d *Decoder) float(name string) (float64, error) {

@@ -621,3 +621,28 @@ func TestAttention(t *testing.T) {
 		}
 	}
 }
+
+// TestOutOfRangeNamesTheValue: an integer field past its range is skipped
+// with its value as sent, unsigned values above 2^63 included (they once
+// printed as negative).
+func TestOutOfRangeNamesTheValue(t *testing.T) {
+	for _, tc := range []struct {
+		field string
+		value any
+		want  string
+	}{
+		{"block_size", uint64(math.MaxUint64), "block_size 18446744073709551615 is out of range"},
+		{"block_size", int64(-3), "block_size -3 is out of range"},
+		{"group_idx", uint64(math.MaxUint64), "group_idx 18446744073709551615 is out of range"},
+	} {
+		ev := map[string]any{"type": "BlockStored", "block_hashes": []any{uint64(1)}, "token_ids": []any{}, "block_size": uint64(16), "medium": "GPU"}
+		ev[tc.field] = tc.value
+		b, err := NewDecoder(nil).Decode(encode(t, []any{1.0, []any{ev}, nil}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.Skipped) != 1 || !strings.Contains(b.Skipped[0].Detail, tc.want) {
+			t.Errorf("%s %v: skipped %+v, want one naming %q", tc.field, tc.value, b.Skipped, tc.want)
+		}
+	}
+}

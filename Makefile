@@ -26,8 +26,11 @@ RACE      := $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && echo -race)
 
 ## run: start the whole pipeline in one process on embedded defaults
 ## (ARGS adds standalone flags, e.g. make run ARGS='--liveness-window 1h')
+## (built first, then run, so Ctrl-C ends it with its own exit status:
+## go run reports an interrupted child as a failure)
 run:
-	$(GO) run ./cmd/kvindex standalone $(ARGS)
+	$(GO) build -o bin/kvindex ./cmd/kvindex
+	bin/kvindex standalone $(ARGS)
 
 ## test: every test of every module, including e2e, with the race detector
 test:

@@ -53,7 +53,7 @@ func engineStack(t *testing.T, files ...string) (*stack.Stack, *client.Client) {
 			t.Fatal(err)
 		}
 		if sc.HashMode != scenario.HashModeEngine {
-			t.Fatalf("%s is a %s-mode scenario; engineStack runs engine mode", f, sc.HashMode)
+			t.Fatalf("%s is a scenario of hash mode %s; engineStack runs engine mode", f, sc.HashMode)
 		}
 		if _, err := replay.Run(ctx, replay.Target{Producer: prod, Topic: s.Topic(), Index: idx}, sc); err != nil {
 			t.Fatalf("replaying %s: %v", f, err)

@@ -183,7 +183,8 @@ func writeBlocks(w io.Writer, output string, rev int64, model, pod string, chunk
 	var b strings.Builder
 	for _, r := range ranks {
 		for _, tb := range r.Tiers {
-			fmt.Fprintf(&b, "# %s %s rank %d %s: %d blocks in %d chunks\n", common.Display(model), common.Display(pod), r.Rank, tb.Tier, len(tb.Blocks), tb.Chunks)
+			fmt.Fprintf(&b, "# %s %s rank %d %s: %s in %s\n", common.Display(model), common.Display(pod), r.Rank, tb.Tier,
+				plural(len(tb.Blocks), "block"), plural(tb.Chunks, "chunk"))
 			for _, h := range tb.Blocks {
 				b.WriteString(h)
 				b.WriteByte('\n')
@@ -322,4 +323,12 @@ func writeModels(w io.Writer, output string, rev int64, eps []*endpointScan, pro
 		return err
 	}
 	return writeProblems(w, probs)
+}
+
+// plural is n and noun, with an s unless n is 1: "1 chunk", "3 chunks".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }

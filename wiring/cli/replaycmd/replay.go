@@ -200,7 +200,7 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 			return replay.Result{}, err
 		}
 		if mode != s.HashMode {
-			return replay.Result{}, &exitError{2, fmt.Errorf("%w: the deployment's ingesters run --hash-mode %s, %s is a %s-mode scenario (start the stack with --hash-mode %s to replay it)",
+			return replay.Result{}, &exitError{2, fmt.Errorf("%w: the deployment's ingesters run --hash-mode %s, %s is a scenario of --hash-mode %s (start the stack with --hash-mode %s to replay it)",
 				replay.ErrHashMode, mode, s.Path, s.HashMode, s.HashMode)}
 		}
 	}

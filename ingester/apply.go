@@ -77,18 +77,27 @@ func parseHeaders(hs []kgo.RecordHeader) headers {
 	return h
 }
 
-// maxLoggedValue bounds a header value or skip detail quoted in a log
-// line: headers are the producer's, and a 500 KB kind must not become a
-// 500 KB log line.
-const maxLoggedValue = 64
+// maxLoggedValue bounds a header value quoted in a log line: headers are
+// the producer's, and a 500 KB kind must not become a 500 KB log line.
+// maxLoggedError bounds an error or skip detail: kvindex's own text,
+// which may quote a producer's value, so longer, and still bounded.
+const (
+	maxLoggedValue = 64
+	maxLoggedError = 256
+)
 
-// clip returns s for a log line: whole when short, else its first
-// maxLoggedValue bytes (cut at a rune boundary) and its length.
-func clip(s string) string {
-	if len(s) <= maxLoggedValue {
+// clip returns header value s for a log line: whole when short, else its
+// first maxLoggedValue bytes (cut at a rune boundary) and its length.
+func clip(s string) string { return clipTo(s, maxLoggedValue) }
+
+// clipErr is clip for an error's or a skip's text, at maxLoggedError.
+func clipErr(s string) string { return clipTo(s, maxLoggedError) }
+
+func clipTo(s string, limit int) string {
+	if len(s) <= limit {
 		return s
 	}
-	n := maxLoggedValue
+	n := limit
 	for n > 0 && !utf8.RuneStart(s[n]) {
 		n--
 	}
@@ -251,7 +260,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	}
 	batch, err := a.dec.Decode(r.Value)
 	if errors.Is(err, events.ErrMalformedBatch) {
-		skip(skipMalformed, "err", clip(err.Error()))
+		skip(skipMalformed, "err", clipErr(err.Error()))
 		return
 	}
 	if h.hasDPRank && uint64(batch.Rank) != headerRank {
@@ -265,7 +274,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		// One line per record, however many events it skips: a record of
 		// a million bad events must not become a million log lines.
 		a.log.Warn("events skipped", "offset", r.Offset, "skipped", n, "events", len(batch.Skipped)+len(batch.Events),
-			"reasons", skipSummary(batch.Skipped), "first", clip(batch.Skipped[0].Error()))
+			"reasons", skipSummary(batch.Skipped), "first", clipErr(batch.Skipped[0].Error()))
 	}
 	id := keyspace.Endpoint{Model: h.model, Pod: pod, Rank: batch.Rank}
 	ep := a.endpoint(id, true)

@@ -120,6 +120,15 @@ func TestClip(t *testing.T) {
 			}
 		})
 	}
+	// An error's text keeps 256 bytes: the decoder's own message whole,
+	// a producer's value quoted in it still bounded.
+	msg := "events: malformed batch: batch claims 4294967295 elements but only 3 bytes follow"
+	if got := clipErr(msg); got != msg {
+		t.Errorf("clipErr cut a decoder message: %q", got)
+	}
+	if got, want := clipErr(strings.Repeat("x", 300)), strings.Repeat("x", 256)+"…(300 bytes)"; got != want {
+		t.Errorf("clipErr = %q, want %q", got, want)
+	}
 }
 
 // A backlog whose record times jump over a silence nobody consumed (the

@@ -118,10 +118,11 @@ type ProducerParams struct {
 	// decision's speculative entries no longer count. It is the bound the
 	// deployment keeps on the produce → etcd lag of KV events. Default
 	// 500ms; "0s" drops entries at the first answer newer than the
-	// decision.
-	SpeculativeIndexLag Duration `json:"speculativeIndexLag,omitempty"`
+	// decision (a pointer, so that an explicit 0s is kept).
+	SpeculativeIndexLag *Duration `json:"speculativeIndexLag,omitempty"`
 	// SpeculativeMaxEntries bounds the remembered (block, endpoint)
-	// entries. Default 200000 (a few MB).
+	// entries. Default 200000 (a few MB); at least 1 (speculativeTTL
+	// "0s" turns the entries off).
 	SpeculativeMaxEntries int `json:"speculativeMaxEntries,omitempty"`
 	// IdentityCheckInterval is the least time between two checks, per
 	// model, of why a Lookup matched no candidate (an identity mismatch or
@@ -132,7 +133,7 @@ type ProducerParams struct {
 	// Fallback is approximate (default) or none.
 	Fallback string `json:"fallback,omitempty"`
 	// FallbackLogInterval is the least time between two fallback log
-	// lines (the counter counts all). Default 10s.
+	// lines (the counter counts all). Default 10s; positive.
 	FallbackLogInterval Duration `json:"fallbackLogInterval,omitempty"`
 }
 
@@ -205,8 +206,9 @@ func (p *ProducerParams) FillDefaults() {
 		d := Duration(DefaultSpeculativeTTL)
 		p.SpeculativeTTL = &d
 	}
-	if p.SpeculativeIndexLag == 0 {
-		p.SpeculativeIndexLag = Duration(DefaultSpeculativeIndexLag)
+	if p.SpeculativeIndexLag == nil {
+		d := Duration(DefaultSpeculativeIndexLag)
+		p.SpeculativeIndexLag = &d
 	}
 	if p.SpeculativeMaxEntries == 0 {
 		p.SpeculativeMaxEntries = DefaultSpeculativeMaxEntries
@@ -264,17 +266,20 @@ func (p ProducerParams) Validate() error {
 	if err := p.matcherConfig().Validate(); err != nil {
 		return err
 	}
-	if p.SpeculativeTTL == nil || p.IdentityCheckInterval == nil {
-		return fmt.Errorf("%w: speculativeTTL and identityCheckInterval must be set (FillDefaults sets them)", ErrInvalidConfig)
+	if p.SpeculativeTTL == nil || p.SpeculativeIndexLag == nil || p.IdentityCheckInterval == nil {
+		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag and identityCheckInterval must not be null (leave them out for their defaults)", ErrInvalidConfig)
 	}
-	if *p.SpeculativeTTL < 0 || p.SpeculativeIndexLag < 0 || p.SpeculativeMaxEntries < 0 || *p.IdentityCheckInterval < 0 {
-		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag, speculativeMaxEntries and identityCheckInterval must not be negative", ErrInvalidConfig)
+	if *p.SpeculativeTTL < 0 || *p.SpeculativeIndexLag < 0 || *p.IdentityCheckInterval < 0 {
+		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag and identityCheckInterval must not be negative", ErrInvalidConfig)
+	}
+	if p.SpeculativeMaxEntries <= 0 {
+		return fmt.Errorf("%w: speculativeMaxEntries %d must be positive (speculativeTTL \"0s\" turns the entries off)", ErrInvalidConfig, p.SpeculativeMaxEntries)
 	}
 	if p.Fallback != FallbackApproximate && p.Fallback != FallbackNone {
 		return fmt.Errorf("%w: fallback %q: want %s or %s", ErrInvalidConfig, p.Fallback, FallbackApproximate, FallbackNone)
 	}
-	if p.FallbackLogInterval < 0 {
-		return fmt.Errorf("%w: fallbackLogInterval must not be negative", ErrInvalidConfig)
+	if p.FallbackLogInterval <= 0 {
+		return fmt.Errorf("%w: fallbackLogInterval %v must be positive", ErrInvalidConfig, time.Duration(p.FallbackLogInterval))
 	}
 	return nil
 }

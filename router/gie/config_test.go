@@ -13,7 +13,7 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ttl, check := Duration(2*time.Second), Duration(10*time.Second)
+	ttl, lag, check := Duration(2*time.Second), Duration(500*time.Millisecond), Duration(10*time.Second)
 	want := ProducerParams{
 		Target:                "dns:///indexd:50051",
 		TokenizeTimeout:       Duration(150 * time.Millisecond),
@@ -22,7 +22,7 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 		BlockSize:             16,
 		MaxPromptTokens:       65536,
 		SpeculativeTTL:        &ttl,
-		SpeculativeIndexLag:   Duration(500 * time.Millisecond),
+		SpeculativeIndexLag:   &lag,
 		SpeculativeMaxEntries: 200000,
 		IdentityCheckInterval: &check,
 		Fallback:              FallbackApproximate,
@@ -137,5 +137,46 @@ func TestNewProducerTakesPartialParams(t *testing.T) {
 	}
 	if err := (ProducerParams{Target: "x:1"}).Validate(); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("Validate of unfilled params: err = %v, want ErrInvalidConfig (and no panic)", err)
+	}
+}
+
+// TestExplicitZerosKeepTheirMeaning: a field given as zero is kept where
+// zero means something and refused where it does not; it never becomes the
+// default on the way from ParseProducerParams to NewProducer.
+func TestExplicitZerosKeepTheirMeaning(t *testing.T) {
+	p, err := ParseProducerParams([]byte(`{"target":"x:1","speculativeIndexLag":"0s","identityCheckInterval":"0s"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, err := NewProducer("", p, &laggingIndex{clock: &clock{}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := *pr.params.SpeculativeIndexLag; got != 0 {
+		t.Errorf("speculativeIndexLag \"0s\" became %v", time.Duration(got))
+	}
+	if pr.matcher.spec == nil || pr.matcher.spec.indexLag != 0 {
+		t.Errorf("speculative entries: %+v, want on with an index lag of 0", pr.matcher.spec)
+	}
+	if got := *pr.params.IdentityCheckInterval; got != 0 {
+		t.Errorf("identityCheckInterval \"0s\" became %v", time.Duration(got))
+	}
+	for _, raw := range []string{
+		`{"target":"x:1","speculativeMaxEntries":0}`,
+		`{"target":"x:1","fallbackLogInterval":"0s"}`,
+		`{"target":"x:1","speculativeIndexLag":null}`,
+		`{"target":"x:1","rankPortStride":65536}`,
+	} {
+		if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", raw, err)
+		}
+	}
+}
+
+// A nil *KVIndex is no index, as a nil Index is: refused at construction,
+// not a nil dereference on the first request.
+func TestNewProducerRefusesNilKVIndex(t *testing.T) {
+	if _, err := NewProducer("", ProducerParams{Target: "x:1"}, (*KVIndex)(nil), nil); !errors.Is(err, ErrInvalidConfig) {
+		t.Errorf("err = %v, want ErrInvalidConfig", err)
 	}
 }

@@ -11,8 +11,8 @@ var (
 	// the message says what.
 	ErrTokenize = errors.New("kvindex gie: tokenize")
 	// ErrNoPrompt: the request carries no prompt the plugin can tokenize
-	// (an API other than completions and chat completions, or an empty
-	// prompt).
+	// (an API other than completions and chat completions, an empty
+	// prompt, or one the tokenizer answered no tokens for).
 	ErrNoPrompt = errors.New("kvindex gie: no prompt")
 	// ErrIdentity: an endpoint cannot be mapped to a kvindex pod identity
 	// (for example a "-rank-N" endpoint whose port is below N).

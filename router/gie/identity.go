@@ -2,6 +2,7 @@ package gie
 
 import (
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -69,8 +70,8 @@ func (m IdentityMapper) Validate() error {
 	default:
 		return fmt.Errorf("%w: ranks %q: want %s or %s", ErrInvalidConfig, m.Ranks, RanksSuffix, RanksNone)
 	}
-	if m.RankPortStride < 0 {
-		return fmt.Errorf("%w: rankPortStride %d must not be negative", ErrInvalidConfig, m.RankPortStride)
+	if m.RankPortStride < 0 || m.RankPortStride > math.MaxUint16 {
+		return fmt.Errorf("%w: rankPortStride %d is outside [0, %d] (a port distance)", ErrInvalidConfig, m.RankPortStride, math.MaxUint16)
 	}
 	return nil
 }

@@ -65,7 +65,7 @@ func NewMatcher(cfg MatcherConfig, index Index, spec *Speculative) (*Matcher, er
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if index == nil {
+	if k, ok := index.(*KVIndex); index == nil || ok && k == nil {
 		return nil, fmt.Errorf("%w: no index", ErrInvalidConfig)
 	}
 	return &Matcher{cfg: cfg, index: index, spec: spec}, nil

@@ -69,8 +69,8 @@ func NewProducer(name string, params ProducerParams, index Index, metrics *Metri
 		metrics = NewMetrics()
 	}
 	var spec *Speculative
-	if ttl := time.Duration(*params.SpeculativeTTL); ttl > 0 && params.SpeculativeMaxEntries > 0 {
-		spec = NewSpeculative(ttl, time.Duration(params.SpeculativeIndexLag), params.SpeculativeMaxEntries, params.BlockSize, nil)
+	if ttl := time.Duration(*params.SpeculativeTTL); ttl > 0 {
+		spec = NewSpeculative(ttl, time.Duration(*params.SpeculativeIndexLag), params.SpeculativeMaxEntries, params.BlockSize, nil)
 	}
 	m, err := NewMatcher(params.matcherConfig(), index, spec)
 	if err != nil {

@@ -94,13 +94,16 @@ func (t *Tokenizer) Fixed() bool { return t.cfg.URL != "" }
 
 // tokenizeAnswer is the part of vLLM's /tokenize answer the plugin reads.
 type tokenizeAnswer struct {
-	Tokens []int64 `json:"tokens"`
+	// Tokens is nil when the answer has no tokens field (or null): a
+	// server of another schema, which must not pass for an empty prompt.
+	Tokens *[]int64 `json:"tokens"`
 }
 
 // Tokenize returns req's token ids, asking the configured URL, or else
 // Path on hostPort ("address:port" of a model server). Errors wrap
-// ErrTokenize (or ErrNoPrompt for an empty request); a context error is
-// wrapped too, and errors.Is finds it.
+// ErrTokenize (an answer without a tokens list included: a server of
+// another schema), or ErrNoPrompt for an empty request or an answer of no
+// tokens; a context error is wrapped too, and errors.Is finds it.
 func (t *Tokenizer) Tokenize(ctx context.Context, hostPort string, req TokenizeRequest) ([]uint32, error) {
 	body := map[string]any{"model": req.Model}
 	switch {
@@ -151,8 +154,14 @@ func (t *Tokenizer) Tokenize(ctx context.Context, hostPort string, req TokenizeR
 	if err := json.Unmarshal(data, &ans); err != nil {
 		return nil, fmt.Errorf("%w: decoding the answer: %v", ErrTokenize, err)
 	}
-	ids := make([]uint32, len(ans.Tokens))
-	for i, v := range ans.Tokens {
+	if ans.Tokens == nil {
+		return nil, fmt.Errorf("%w: %s answered without a tokens list: %.200s", ErrTokenize, url, data)
+	}
+	if len(*ans.Tokens) == 0 {
+		return nil, fmt.Errorf("%w: %s answered no tokens", ErrNoPrompt, url)
+	}
+	ids := make([]uint32, len(*ans.Tokens))
+	for i, v := range *ans.Tokens {
 		if v < 0 || v > math.MaxUint32 {
 			return nil, fmt.Errorf("%w: token %d is %d, outside uint32", ErrTokenize, i, v)
 		}

@@ -81,6 +81,12 @@ func TestTokenizeErrors(t *testing.T) {
 		{"token_over_uint32", answer(200, `{"tokens":[4294967296]}`), 0, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrTokenize},
 		{"answer_too_large", answer(200, `{"tokens":[1,2,3,4,5,6,7,8,9]}`), 10, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrTokenize},
 		{"empty_request", answer(200, `{"tokens":[]}`), 0, gie.TokenizeRequest{Model: "m"}, gie.ErrNoPrompt},
+		// A server of another schema answers 200 without tokens: not an
+		// empty prompt.
+		{"no_tokens_field", answer(200, `{"input_ids":[1,2]}`), 0, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrTokenize},
+		{"tokens_null", answer(200, `{"tokens":null}`), 0, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrTokenize},
+		{"json_null", answer(200, `null`), 0, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrTokenize},
+		{"no_tokens", answer(200, `{"tokens":[]}`), 0, gie.TokenizeRequest{Model: "m", Prompt: "x"}, gie.ErrNoPrompt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

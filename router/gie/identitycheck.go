@@ -24,16 +24,27 @@ const (
 	// maxCheckedModels bounds the per-model check times kept; past it
 	// they are forgotten (each model may then be checked once more).
 	maxCheckedModels = 1024
+	// identityCheckBurst is how many checks may run back to back; past it
+	// checks of any models together run at most maxModelLabels per
+	// interval. Request models are caller input, so the per-model
+	// interval alone would let a stream of new names make a listing each.
+	identityCheckBurst = 4
 )
 
 // identityCheck tells an identity mismatch and an unknown model from a
 // cold cache when a Lookup matched no candidate: at most once per
-// interval per model, it lists the endpoints the index holds
-// (EndpointLister), counts what it finds and logs it at a bounded rate.
-// It is safe for concurrent use.
+// interval per model, and maxModelLabels per interval for all models
+// together, it lists the endpoints the index holds (EndpointLister),
+// counts what it finds and logs it at a bounded rate. A check runs on the
+// request's path after its attributes are written, within budget (the
+// lookup timeout) in all. It is safe for concurrent use.
 type identityCheck struct {
 	lister   EndpointLister
 	interval time.Duration
+	// budget bounds one check's listings together.
+	budget time.Duration
+	// all bounds the checks of all models together (identityCheckBurst).
+	all *rate.Limiter
 	// bases are the configured base models (ProducerParams.Models'
 	// kvindex models); empty means any model the index holds.
 	bases   []string
@@ -68,12 +79,15 @@ func newIdentityCheck(lister EndpointLister, params ProducerParams, metrics *Met
 	}
 	return &identityCheck{
 		lister: lister, interval: iv, bases: bases, podMode: mode, metrics: metrics, now: now,
+		budget:  time.Duration(params.LookupTimeout),
+		all:     rate.NewLimiter(rate.Every(iv/maxModelLabels), identityCheckBurst),
 		logRate: rate.Sometimes{Interval: iv},
 		checked: map[string]time.Time{}, labels: map[string]bool{},
 	}
 }
 
-// due reports whether model may be checked now, and marks it checked.
+// due reports whether model may be checked now (its interval passed, and
+// the bound on all models allows one more), and marks it checked.
 func (c *identityCheck) due(model string) bool {
 	now := c.now()
 	c.mu.Lock()
@@ -81,11 +95,22 @@ func (c *identityCheck) due(model string) bool {
 	if last, ok := c.checked[model]; ok && now.Sub(last) < c.interval {
 		return false
 	}
+	if !c.all.AllowN(now, 1) {
+		return false
+	}
 	if len(c.checked) >= maxCheckedModels {
 		clear(c.checked)
 	}
 	c.checked[model] = now
 	return true
+}
+
+// forget unmarks model, whose check did not finish, so the next Lookup
+// that matches nothing may check it again (within the bound on all).
+func (c *identityCheck) forget(model string) {
+	c.mu.Lock()
+	delete(c.checked, model)
+	c.mu.Unlock()
 }
 
 // label returns model as a label value, or "other" past maxModelLabels
@@ -104,13 +129,17 @@ func (c *identityCheck) label(model string) string {
 }
 
 // run checks a Lookup of model (LoRA lora) that matched none of
-// candidates, when due. A failed listing ends the check uncounted.
+// candidates, when due, within c.budget. A failed listing ends the check
+// uncounted, and the model may be checked again at its next empty Lookup.
 func (c *identityCheck) run(ctx context.Context, model, lora string, candidates []Identity) {
 	if len(candidates) == 0 || !c.due(model) {
 		return
 	}
+	ctx, cancel := context.WithTimeout(ctx, c.budget)
+	defer cancel()
 	indexed, err := c.lister.IndexedEndpoints(ctx, model, identityCheckLimit)
 	if err != nil {
+		c.forget(model)
 		return
 	}
 	if len(indexed) == 0 {

@@ -216,3 +216,78 @@ func TestIdentityCheckLabelsBounded(t *testing.T) {
 		t.Errorf("a known label = %q, want m0", got)
 	}
 }
+
+// TestIdentityChecksBoundedAcrossModels: request models are caller input.
+// A stream of new model names makes at most identityCheckBurst checks
+// back to back, then maxModelLabels per interval, not a listing each.
+func TestIdentityChecksBoundedAcrossModels(t *testing.T) {
+	idx := &listingIndex{byModel: map[string][]Identity{}}
+	c := &clock{t: time.Unix(1000, 0)}
+	p, err := NewProducer("", ProducerParams{Target: "x:1", Models: []ModelMapping{{Match: "a"}, {Match: "b"}, {Match: "c"}}}, idx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.check.now = c.now
+	lists := func() int {
+		idx.mu.Lock()
+		defer idx.mu.Unlock()
+		return idx.lists
+	}
+	send := func(from, n int) {
+		for i := range n {
+			if err := p.PrepareRequestData(t.Context(), tokenRequest(fmt.Sprint("rand-", from+i)), podEndpoints(2)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// Each check of an unknown model lists the model, then each of the 3
+	// base models (none holds an endpoint): 4 listings.
+	send(0, 100)
+	if got, want := lists(), identityCheckBurst*4; got != want {
+		t.Fatalf("100 new models at once: %d listings, want %d", got, want)
+	}
+	c.add(time.Duration(*p.params.IdentityCheckInterval))
+	send(100, 100)
+	if got, want := lists(), 2*identityCheckBurst*4; got != want {
+		t.Fatalf("an interval later, 100 more: %d listings in all, want %d", got, want)
+	}
+}
+
+// deadlineLister fails every listing, recording its context's deadline.
+type deadlineLister struct {
+	listingIndex
+	deadlines []time.Time
+}
+
+func (d *deadlineLister) IndexedEndpoints(ctx context.Context, _ string, _ int) ([]Identity, error) {
+	dl, _ := ctx.Deadline()
+	d.mu.Lock()
+	d.deadlines = append(d.deadlines, dl)
+	d.mu.Unlock()
+	return []Identity{}, nil
+}
+
+// TestIdentityCheckWithinBudget: a check's listings (the model's, then
+// each base model's) share one deadline, the lookup timeout from the
+// check's start, so the request waits at most that long for them.
+func TestIdentityCheckWithinBudget(t *testing.T) {
+	idx := &deadlineLister{listingIndex: listingIndex{byModel: map[string][]Identity{}}}
+	models := []ModelMapping{{Match: "a"}, {Match: "b"}, {Match: "c"}}
+	p, err := NewProducer("", ProducerParams{Target: "x:1", Models: models}, idx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := p.PrepareRequestData(t.Context(), tokenRequest("cold"), podEndpoints(2)); err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.deadlines) != 1+len(models) {
+		t.Fatalf("%d listings, want %d", len(idx.deadlines), 1+len(models))
+	}
+	budget := time.Duration(p.params.LookupTimeout)
+	for i, dl := range idx.deadlines {
+		if dl != idx.deadlines[0] || dl.IsZero() || dl.After(time.Now().Add(budget)) || dl.Before(start) {
+			t.Errorf("listing %d: deadline %v, want the one deadline within %v of the check's start %v", i, dl, budget, start)
+		}
+	}
+}

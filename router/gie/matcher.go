@@ -136,10 +136,15 @@ func (m *Matcher) truncate(p Prompt) Prompt {
 // and its speculative blocks (spec, counted in blocks of specBlockSize
 // tokens), for a prompt of tokens tokens. A candidate the index does not
 // report is taken to use defaultBlockSize. When candidates is empty, the
-// endpoints the index reports are the candidates.
+// endpoints the index reports are the candidates. An endpoint the answer
+// names twice (indexd does not; a cell's answer merged with another's
+// might) takes the entry holding more prompt tokens.
 func merge(candidates []Identity, matches []IndexMatch, spec func(Identity) int, specBlockSize, tokens, defaultBlockSize int) map[Identity]EndpointMatch {
 	byID := make(map[Identity]IndexMatch, len(matches))
 	for _, im := range matches {
+		if old, ok := byID[im.Identity]; ok && old.Blocks*max(old.BlockSize, 1) >= im.Blocks*max(im.BlockSize, 1) {
+			continue
+		}
 		byID[im.Identity] = im
 	}
 	if len(candidates) == 0 {

@@ -46,6 +46,16 @@ func TestMerge(t *testing.T) {
 			},
 		},
 		{
+			name:       "an_endpoint_named_twice_takes_its_longer_entry",
+			candidates: []Identity{a},
+			matches: []IndexMatch{
+				{Identity: a, Blocks: 3, BlockSize: 16, Tiers: []Tier{TierGPU, TierGPU, TierGPU}},
+				{Identity: a, Blocks: 1, BlockSize: 16, Tiers: []Tier{TierCPU}},
+			},
+			spec: none, specBS: 16, tokens: 64,
+			want: map[Identity]EndpointMatch{a: {Blocks: 3, Total: 4, BlockSize: 16, GPU: 3}},
+		},
+		{
 			name:       "speculative_extends_the_index",
 			candidates: []Identity{a, b},
 			matches:    []IndexMatch{{Identity: a, Blocks: 1, BlockSize: 16, Tiers: []Tier{TierCPU}}},

@@ -265,8 +265,10 @@ var staticSeq atomic.Uint64
 //
 // Calls are balanced round-robin over the resolved replicas and retried on
 // UNAVAILABLE only. New does not connect; the first call does. It errors
-// for an empty target, and for TLS files (WithTLSCAFile,
-// WithTLSCertFiles) it cannot load.
+// (ErrInvalidArgument) for an empty target, an http or https URL (give
+// host:port), a comma-separated list with no address or an element that
+// is not host:port, and for TLS files (WithTLSCAFile, WithTLSCertFiles) it
+// cannot load.
 //
 // With WithCells the target must be empty: the client serves every cell
 // of the map (see the package doc's "Cells"), each through a connection
@@ -290,8 +292,8 @@ func New(target string, opts ...Option) (*Client, error) {
 		return &Client{timeout: o.timeout, staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now,
 			cells: &cellSet{src: o.cells, opts: opts, conns: map[string]*Client{}}}, nil
 	}
-	if target == "" {
-		return nil, fmt.Errorf("%w: empty target", ErrInvalidArgument)
+	if err := checkTarget(target); err != nil {
+		return nil, err
 	}
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
@@ -325,6 +327,36 @@ func New(target string, opts ...Option) (*Client, error) {
 	}
 	return &Client{conn: conn, api: kvindexv1.NewIndexServiceClient(conn), timeout: o.timeout, dnsHost: dnsHost(target),
 		staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now}, nil
+}
+
+// checkTarget refuses the targets New cannot mean: empty, an HTTP URL (a
+// common slip for gRPC's host:port), or a comma-separated list with no
+// address or an element that is not host:port. A single target is left
+// to gRPC's own parsing (its forms include a host without a port).
+func checkTarget(target string) error {
+	switch {
+	case target == "":
+		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
+	case strings.HasPrefix(target, "http://"), strings.HasPrefix(target, "https://"):
+		return fmt.Errorf("%w: target %q is a URL; give host:port or dns:///host:port", ErrInvalidArgument, target)
+	case strings.Contains(target, "://") || !strings.Contains(target, ","):
+		return nil
+	}
+	n := 0
+	for _, a := range strings.Split(target, ",") {
+		a = strings.TrimSpace(a)
+		if a == "" {
+			continue
+		}
+		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
+			return fmt.Errorf("%w: target %q: %q is not host:port", ErrInvalidArgument, target, a)
+		}
+		n++
+	}
+	if n == 0 {
+		return fmt.Errorf("%w: target %q names no address", ErrInvalidArgument, target)
+	}
+	return nil
 }
 
 // dnsHost returns the host a "dns://[authority]/host[:port]" target

@@ -196,8 +196,18 @@ func TestDefaultDeadline(t *testing.T) {
 }
 
 func TestNewRejectsEmptyTarget(t *testing.T) {
-	if _, err := New("  "); !errors.Is(err, ErrInvalidArgument) {
-		t.Fatalf("New(empty) = %v, want ErrInvalidArgument", err)
+	for _, target := range []string{"  ", ",", " , ,", "http://indexd:50051", "https://indexd:50051", "a:1,b", "a:1,b:c:d"} {
+		if _, err := New(target); !errors.Is(err, ErrInvalidArgument) {
+			t.Errorf("New(%q) = %v, want ErrInvalidArgument", target, err)
+		}
+	}
+	for _, target := range []string{"indexd:50051", "dns:///indexd:50051", "a:1, b:2", "[::1]:50051,127.0.0.1:50051"} {
+		c, err := New(target)
+		if err != nil {
+			t.Errorf("New(%q) = %v", target, err)
+			continue
+		}
+		c.Close()
 	}
 }
 

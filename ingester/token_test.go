@@ -636,13 +636,9 @@ func TestTokenModeBlockSizeFromKeyedStores(t *testing.T) {
 	toks := tokenIDs(12, 7)
 	blockSize := func(step string, want uint32) {
 		t.Helper()
-		resp, err := e.etcd.Client.Get(ctx, tr.cfg.Keyspace.EndpointKey(keyspace.Endpoint{Model: tokenModel, Pod: "p"}))
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("%s: endpoint record: %v, %d keys", step, err, len(resp.Kvs))
-		}
-		rec, err := keyspace.UnmarshalEndpointRecord(resp.Kvs[0].Value)
-		if err != nil {
-			t.Fatal(err)
+		rec, ok := ingesttest.Endpoints(t, ctx, e.etcd.Client, tr.cfg.Keyspace)[keyspace.Endpoint{Model: tokenModel, Pod: "p"}]
+		if !ok {
+			t.Fatalf("%s: no endpoint record", step)
 		}
 		if rec.BlockSize != want {
 			t.Errorf("%s: block size %d, want %d", step, rec.BlockSize, want)

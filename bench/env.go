@@ -41,13 +41,28 @@ type Setup struct {
 	// which no deployment does: for comparison with earlier figures only.
 	NoFsync bool
 	// ChunkSize is the ingesters' --chunk-size, the most blocks of a chunk
-	// key (their merge threshold follows it: a quarter); zero means the
+	// key (their merge threshold follows it: an eighth); zero means the
 	// ingester's default (keyspace.DefaultChunkSize).
 	ChunkSize int
 	// ChunkOpenAt is the ingesters' --chunk-open-at, the chunk rule's
 	// open threshold of a record; zero means the ingester's default
-	// for the chunk size (3/4 of it), the chunk size itself turns it off.
+	// for the chunk size and linger (ingester.DefaultChunkOpenAt), the
+	// chunk size itself turns it off.
 	ChunkOpenAt int
+	// WindowLinger is the ingesters' --window-linger; zero means the
+	// ingester's default (ingester.DefaultWindowLinger), negative none.
+	WindowLinger time.Duration
+}
+
+// windowLinger is s.WindowLinger with its default filled in.
+func (s Setup) windowLinger() time.Duration {
+	switch {
+	case s.WindowLinger == 0:
+		return ingester.DefaultWindowLinger
+	case s.WindowLinger < 0:
+		return 0
+	}
+	return s.WindowLinger
 }
 
 // hashMode is s.HashMode with its default filled in.
@@ -74,7 +89,7 @@ func (s Setup) check() error {
 // chunkOpenAt is s.ChunkOpenAt with its default filled in.
 func (s Setup) chunkOpenAt() int {
 	if s.ChunkOpenAt == 0 {
-		return ingester.DefaultChunkOpenAt(s.chunkSize())
+		return ingester.DefaultChunkOpenAt(s.chunkSize(), s.windowLinger())
 	}
 	return s.ChunkOpenAt
 }
@@ -90,12 +105,14 @@ func (s Setup) chunkSize() int {
 // etcd is the etcd options of s.
 func (s Setup) etcd() etcdOptions { return etcdOptions{noFsync: s.NoFsync} }
 
-// labels adds s's labels (hash_mode, fsync on|off) to m and returns it.
+// labels adds s's labels (hash_mode, fsync on|off, chunk_size,
+// chunk_open_at, window_linger) to m and returns it.
 func (s Setup) labels(m map[string]string) map[string]string {
 	m["hash_mode"] = string(s.hashMode())
 	m["fsync"] = fsyncLabel(!s.NoFsync)
 	m["chunk_size"] = fmt.Sprint(s.chunkSize())
 	m["chunk_open_at"] = fmt.Sprint(s.chunkOpenAt())
+	m["window_linger"] = s.windowLinger().String()
 	return m
 }
 
@@ -314,7 +331,7 @@ func startIngester(ctx context.Context, o ingesterOptions) (*ingesterRun, error)
 	if o.chunkSize > 0 {
 		cfg.ChunkSize = o.chunkSize
 		cfg.ChunkOpenAt = 0     // 3/4 of it
-		cfg.ChunkMergeBelow = 0 // a quarter of it
+		cfg.ChunkMergeBelow = 0 // an eighth of it
 	}
 	if o.chunkOpenAt > 0 {
 		cfg.ChunkOpenAt = o.chunkOpenAt

@@ -68,10 +68,6 @@ type FleetConfig struct {
 	// that end a batch window), and the v1 writer's. Default the
 	// ingester's.
 	WindowOps int
-	// WindowLinger is the ingesters' Config.WindowLinger in the paced and
-	// the unpaced runs (the captured transactions come from an unpaced
-	// run too). Default (zero) the ingester's.
-	WindowLinger time.Duration
 	// MaxTxnOps is the ingesters' --max-txn-ops, the most operations per
 	// transaction (they pack what etcd accepts up to it; the embedded etcd
 	// takes 1,024, as deploy/ runs it), and the v1 writer's bound. Default
@@ -140,7 +136,9 @@ const FreshnessGoalRate = 50_000
 // ingester's coalescing), a count that does not depend on the layout.
 type FleetResult struct {
 	Partitions int32
-	// WindowLinger is the ingesters' WindowLinger in the runs.
+	// WindowLinger is the ingesters' WindowLinger in the paced and the
+	// unpaced runs (the captured transactions come from an unpaced run
+	// too): Setup's, its default filled in.
 	WindowLinger time.Duration
 	// Setup is the run's etcd and ingester settings.
 	Setup Setup
@@ -245,7 +243,7 @@ func (r *FleetResult) Figures() []Figure {
 	if r.TargetRate > 0 {
 		pace = strconv.FormatFloat(r.TargetRate, 'f', 0, 64)
 	}
-	labels := r.Setup.labels(map[string]string{"fraction": frac, "rate": pace, "partitions": fmt.Sprint(r.Partitions), "layout": r.Captured.Layout, "window_linger": r.WindowLinger.String()})
+	labels := r.Setup.labels(map[string]string{"fraction": frac, "rate": pace, "partitions": fmt.Sprint(r.Partitions), "layout": r.Captured.Layout})
 	ms := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e6 }
 	p := &r.Paced
 	secs := p.Elapsed.Seconds()
@@ -311,7 +309,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	if len(s.Records) == 0 {
 		return nil, fmt.Errorf("bench: no record of the stream fits %s at %.0f block-ops/s", cfg.Duration, cfg.Rate)
 	}
-	res := &FleetResult{Partitions: cfg.Partitions, WindowLinger: cfg.WindowLinger, Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
+	res := &FleetResult{Partitions: cfg.Partitions, WindowLinger: cfg.Setup.windowLinger(), Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
 	if err := fleetCeiling(ctx, cfg, s, res); err != nil {
 		return nil, err
 	}
@@ -351,7 +349,7 @@ func fleetCeiling(ctx context.Context, cfg FleetConfig, s *Stream, res *FleetRes
 	if err != nil {
 		return err
 	}
-	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
+	capture, err := captureRun(ctx, ingesterOptions{partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.Setup.windowLinger(), maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight,
 		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, chunkOpenAt: cfg.Setup.ChunkOpenAt, log: cfg.Logger, brokers: kafka.ListenAddrs(), topic: topic}, cfg.Setup.etcd(), end)
 	if err != nil {
 		return err
@@ -449,7 +447,7 @@ func fleetRun(ctx context.Context, cfg FleetConfig, s *Stream, shape runShape) (
 	var commitMu sync.Mutex
 	commits := map[int32][]commitAt{}
 	var txns, ops int64
-	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.WindowLinger, maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
+	ir, err := startIngester(ctx, ingesterOptions{cli: icli, brokers: kafka.ListenAddrs(), topic: topic, partitions: cfg.Partitions, windowOps: cfg.WindowOps, linger: cfg.Setup.windowLinger(), maxTxnOps: cfg.MaxTxnOps, inFlight: cfg.MaxTxnsInFlight, log: log,
 		hashMode: cfg.Setup.hashMode(), chunkSize: cfg.Setup.ChunkSize, chunkOpenAt: cfg.Setup.ChunkOpenAt, beforeTxn: func(_ context.Context, info ingester.TxnInfo) error {
 			at := time.Now()
 			commitMu.Lock()

@@ -209,7 +209,7 @@ func PrepareIngest(ctx context.Context, cfg IngestConfig) (_ *IngestRun, err err
 // options are the ingesters' shape (each run adds its etcd client).
 func (r *IngestRun) options() ingesterOptions {
 	return ingesterOptions{partitions: r.cfg.Partitions, maxTxnOps: r.cfg.MaxTxnOps, windowOps: r.cfg.WindowOps, inFlight: r.cfg.MaxTxnsInFlight,
-		hashMode: r.cfg.Setup.hashMode(), chunkSize: r.cfg.Setup.ChunkSize, chunkOpenAt: r.cfg.Setup.ChunkOpenAt, log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
+		linger: r.cfg.Setup.windowLinger(), hashMode: r.cfg.Setup.hashMode(), chunkSize: r.cfg.Setup.ChunkSize, chunkOpenAt: r.cfg.Setup.ChunkOpenAt, log: r.cfg.Logger, brokers: r.kafka.ListenAddrs(), topic: r.topic}
 }
 
 // Close stops the broker.

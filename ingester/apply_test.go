@@ -191,7 +191,12 @@ func TestApplyToWindow(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := DefaultConfig().withDefaults()
+			// The cases are written for chunks of 64 without a linger
+			// (rule 1's open threshold at 48, big records at 8, merge
+			// below 16).
+			cfg := DefaultConfig()
+			cfg.ChunkSize, cfg.ChunkMergeBelow, cfg.WindowLinger = 64, 16, 0
+			cfg = cfg.withDefaults()
 			cfg.Clock = clockwork.NewFakeClockAt(now)
 			// The cases name blocks by engine hash (token mode has
 			// tests of its own in token_test.go).

@@ -213,7 +213,8 @@ func runChunkCost(t *testing.T, s chunkCostStream, rule chunkRule, windowOps int
 // trace (16 endpoints, 4,096 GPU blocks each; windows of 1,024 and 16,384
 // block ops over the fleet, 64 and 1,024 per endpoint) in two eviction
 // orders, fleetsim's LRU and vLLM's tail-first, with the merge rule
-// (below 16 of 64) and without it (below 1): chunk ops and bytes put per
+// at its default (DefaultChunkMergeBelow of the default chunk size) and
+// without it (below 1): chunk ops and bytes put per
 // block op, the bytes put beyond each stored block's own 16 per removal
 // (the rewrite amplification), the entries a removal rewrites op by op
 // before a window coalesces them, and the mean chunk occupancy sampled
@@ -236,7 +237,7 @@ func TestChunkRuleCost(t *testing.T) {
 	fill := map[string]float64{}
 	for _, windowOps := range []int{1024, 16 * 1024} {
 		for _, s := range streams {
-			for _, merge := range []int{16, 1} {
+			for _, merge := range []int{DefaultChunkMergeBelow(keyspace.DefaultChunkSize), 1} {
 				c := runChunkCost(t, s, chunkRule{size: keyspace.DefaultChunkSize, mergeBelow: merge}, windowOps)
 				occupancy := c.fillSum / float64(max(c.fillN, 1))
 				fill[fmt.Sprint(windowOps, s.name, merge)] = occupancy
@@ -252,7 +253,7 @@ func TestChunkRuleCost(t *testing.T) {
 				}
 			}
 		}
-		if with, without := fill[fmt.Sprint(windowOps, "vllm_tail_first", 16)], fill[fmt.Sprint(windowOps, "vllm_tail_first", 1)]; with <= without {
+		if with, without := fill[fmt.Sprint(windowOps, "vllm_tail_first", DefaultChunkMergeBelow(keyspace.DefaultChunkSize))], fill[fmt.Sprint(windowOps, "vllm_tail_first", 1)]; with <= without {
 			t.Errorf("windows of %d ops, tail-first eviction: mean occupancy %.3f with the merge rule, %.3f without; want the merge rule fuller", windowOps, with, without)
 		}
 	}

@@ -51,7 +51,7 @@ func TestConfigValidate(t *testing.T) {
 		{"open_at_over_chunk_size", func(c *Config) { c.ChunkSize, c.ChunkOpenAt = 4, 5 }, false},
 		{"open_at_negative", func(c *Config) { c.ChunkOpenAt = -1 }, false},
 		{"open_at_below_merge_below", func(c *Config) { c.ChunkOpenAt, c.ChunkMergeBelow = 8, 16 }, false},
-		{"open_at_below_default_merge_below", func(c *Config) { c.ChunkOpenAt = 15 }, false},
+		{"open_at_below_default_merge_below", func(c *Config) { c.ChunkOpenAt = DefaultChunkMergeBelow(DefaultChunkSize) - 1 }, false},
 		{"open_at_default_with_merge_below_chunk_size", func(c *Config) { c.ChunkSize, c.ChunkMergeBelow, c.ChunkOpenAt = 4, 4, 0 }, true},
 		{"merge_below_chunk_size", func(c *Config) { c.ChunkSize, c.ChunkMergeBelow = 4, 4 }, true},
 		{"merge_below_over_chunk_size", func(c *Config) { c.ChunkSize, c.ChunkMergeBelow = 4, 5 }, false},
@@ -106,16 +106,22 @@ func TestDefaultHashModeIsToken(t *testing.T) {
 	}
 }
 
-// TestChunkOpenAtDefault: a zero ChunkOpenAt resolves to 3/4 of the chunk
-// size, never below the merge threshold.
+// TestChunkOpenAtDefault: a zero ChunkOpenAt resolves to the chunk size
+// when windows linger and to 3/4 of it when they do not, never below the
+// merge threshold.
 func TestChunkOpenAtDefault(t *testing.T) {
-	for _, tc := range []struct{ size, mergeBelow, want int }{
-		{64, 0, 48}, {64, 1, 48}, {64, 56, 56}, {24, 0, 18}, {4, 4, 4}, {2, 0, 1}, {1, 0, 1},
+	for _, tc := range []struct {
+		size, mergeBelow int
+		linger           time.Duration
+		want             int
+	}{
+		{64, 0, 0, 48}, {64, 1, 0, 48}, {64, 56, 0, 56}, {24, 0, 0, 18}, {4, 4, 0, 4}, {2, 0, 0, 1}, {1, 0, 0, 1},
+		{24, 0, DefaultWindowLinger, 24}, {64, 0, time.Millisecond, 64}, {1, 0, time.Second, 1},
 	} {
 		c := DefaultConfig()
-		c.ChunkSize, c.ChunkMergeBelow = tc.size, tc.mergeBelow
+		c.ChunkSize, c.ChunkMergeBelow, c.WindowLinger = tc.size, tc.mergeBelow, tc.linger
 		if got := c.withDefaults().ChunkOpenAt; got != tc.want {
-			t.Errorf("chunk size %d, merge below %d: ChunkOpenAt %d, want %d", tc.size, tc.mergeBelow, got, tc.want)
+			t.Errorf("chunk size %d, merge below %d, linger %v: ChunkOpenAt %d, want %d", tc.size, tc.mergeBelow, tc.linger, got, tc.want)
 		}
 	}
 }

@@ -103,3 +103,49 @@ func TestWindowLingerJoinsRecords(t *testing.T) {
 		t.Errorf("%d blocks, want 3", n)
 	}
 }
+
+// TestLingerLeft: a window lingers until its oldest record is the linger
+// old by its Kafka timestamp, never longer than the linger from now, and
+// a record without a timestamp counts as arriving now.
+func TestLingerLeft(t *testing.T) {
+	now := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	const linger = 30 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		linger time.Duration
+		oldest time.Time
+		want   time.Duration
+	}{
+		{"fresh", linger, now, linger},
+		{"waited_in_kafka", linger, now.Add(-12 * time.Millisecond), 18 * time.Millisecond},
+		{"exactly_old", linger, now.Add(-linger), 0},
+		{"backlog", linger, now.Add(-time.Hour), 0},
+		{"producer_clock_ahead", linger, now.Add(time.Hour), linger},
+		{"no_timestamp", linger, time.Time{}, linger},
+		{"timestamp_minus_one", linger, time.UnixMilli(-1), linger},
+		{"no_linger", 0, now, 0},
+	} {
+		if got := lingerLeft(tc.linger, tc.oldest, now); got != tc.want {
+			t.Errorf("%s: lingerLeft(%v, %v) = %v, want %v", tc.name, tc.linger, tc.oldest, got, tc.want)
+		}
+	}
+}
+
+// TestWindowOldestRecord: a window's linger counts from the earliest
+// Kafka timestamp among its records, whatever their order, and starts
+// afresh once it is written.
+func TestWindowOldestRecord(t *testing.T) {
+	t0 := time.Date(2026, 12, 4, 1, 0, 0, 0, time.UTC)
+	var w window
+	for _, d := range []time.Duration{5, 2, 9} {
+		w.noteRecord(t0.Add(d * time.Millisecond))
+	}
+	if want := t0.Add(2 * time.Millisecond); !w.oldest.Equal(want) || w.records != 3 {
+		t.Fatalf("after 3 records: oldest %v, records %d; want %v, 3", w.oldest, w.records, want)
+	}
+	w.reset()
+	w.noteRecord(t0.Add(time.Second))
+	if want := t0.Add(time.Second); !w.oldest.Equal(want) || w.records != 1 {
+		t.Fatalf("after a reset and 1 record: oldest %v, records %d; want %v, 1", w.oldest, w.records, want)
+	}
+}

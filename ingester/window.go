@@ -1,6 +1,8 @@
 package ingester
 
 import (
+	"time"
+
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -26,6 +28,9 @@ type window struct {
 	// block stores and removals applied.
 	records  int
 	blockOps int
+	// oldest is the earliest Kafka timestamp of the window's records
+	// (zero while it has none): the window's linger counts from it.
+	oldest time.Time
 }
 
 // chunkRef names one chunk key: an endpoint (by identity: a forgotten
@@ -132,4 +137,31 @@ func (w *window) reset() {
 	w.dirty = w.dirty[:0]
 	w.records = 0
 	w.blockOps = 0
+	w.oldest = time.Time{}
+}
+
+// noteRecord counts one applied record whose Kafka timestamp is ts.
+func (w *window) noteRecord(ts time.Time) {
+	if w.records == 0 || ts.Before(w.oldest) {
+		w.oldest = ts
+	}
+	w.records++
+}
+
+// lingerLeft is how much longer a window that is not full may stay open
+// at now, given the linger: until its oldest record is linger old by its
+// Kafka timestamp (the producer's CreateTime, or the broker's
+// LogAppendTime), so a record that waited in Kafka or in the queue waits
+// no longer here, and a backlog being caught up is not held at all; and
+// never past linger from now, so a producer clock ahead of this one
+// lingers no more than the fixed rule did. A record without a timestamp
+// (zero, or before 1970 as franz-go decodes -1) counts as arriving now.
+func lingerLeft(linger time.Duration, oldest, now time.Time) time.Duration {
+	if linger <= 0 {
+		return 0
+	}
+	if oldest.Unix() <= 0 {
+		return linger
+	}
+	return min(max(linger-now.Sub(oldest), 0), linger)
 }

@@ -129,9 +129,9 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 }
 
 // fill adds the inputs already queued to the open window, then, with a
-// WindowLinger, waits for more until the window is full, the linger since
-// fill began has passed, ctx ends or drain closes (the caller commits and
-// sees it). Ticks wait for the commit: liveness is judged on the
+// WindowLinger, waits for more until the window is full, its oldest
+// record is WindowLinger old (lingerLeft), ctx ends or drain closes (the
+// caller commits and sees it). Ticks wait for the commit: liveness is judged on the
 // partition clock, which only records move.
 func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
 	for !w.windowFull() {
@@ -145,10 +145,14 @@ func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{
 		}
 		break
 	}
-	if w.cfg.WindowLinger <= 0 || w.win.records == 0 || w.windowFull() {
+	if w.win.records == 0 || w.windowFull() {
 		return nil
 	}
-	linger := time.NewTimer(w.cfg.WindowLinger)
+	left := lingerLeft(w.cfg.WindowLinger, w.win.oldest, time.Now())
+	if left <= 0 {
+		return nil
+	}
+	linger := time.NewTimer(left)
 	defer linger.Stop()
 	for !w.windowFull() && w.win.records > 0 {
 		select {
@@ -191,7 +195,7 @@ func (w *worker) handle(ctx context.Context, x input) error {
 		}
 		w.ap.record(r, r.Offset+1 < x.hwm)
 		w.next = r.Offset + 1
-		w.win.records++
+		w.win.noteRecord(r.Timestamp)
 		if w.windowFull() {
 			if err := w.commit(ctx); err != nil {
 				return err

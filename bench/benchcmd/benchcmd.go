@@ -192,7 +192,6 @@ func newFleetCommand() *cobra.Command {
 		probeEvery   int
 		ceilProbe    int
 		maxInFlight  int
-		windowLinger time.Duration
 		windowOps    int
 		maxTxnOps    int
 		txnsInFlight int
@@ -255,7 +254,7 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 				return err
 			}
 			cfg := bench.FleetConfig{Stream: st, Partitions: partitions, Fraction: fraction, Rate: rate, Duration: duration,
-				ProbeEvery: probeEvery, CeilingProbeEvery: ceilProbe, MaxInFlight: maxInFlight, WindowOps: windowOps, WindowLinger: windowLinger, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
+				ProbeEvery: probeEvery, CeilingProbeEvery: ceilProbe, MaxInFlight: maxInFlight, WindowOps: windowOps, MaxTxnOps: maxTxnOps, MaxTxnsInFlight: txnsInFlight, Setup: bs, Logger: log}
 			if s.cpuprofile != "" {
 				f, err := os.Create(s.cpuprofile)
 				if err != nil {
@@ -323,7 +322,6 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 	fs.IntVar(&ceilProbe, "ceiling-probe-every", 64, "probe every n-th batch in the unpaced run that measures the end-to-end ceiling")
 	fs.IntVar(&maxInFlight, "max-in-flight", 200, "batches produced but not yet confirmed before the pacer waits (keep it under indexd's --max-barrier-waiters, 256)")
 	fs.IntVar(&windowOps, "window-ops", ingester.DefaultWindowOps, "the ingester's WindowOps: block operations that end a batch window")
-	fs.DurationVar(&windowLinger, "window-linger", ingester.DefaultWindowLinger, "the ingester's --window-linger: how long a window that is not full stays open for more records")
 	fs.IntVar(&maxTxnOps, "max-txn-ops", ingester.DefaultMaxTxnOps, "the ingester's --max-txn-ops, the most ops per transaction (it packs what etcd accepts, up to this; the embedded etcd takes 1024, as deploy/ runs it)")
 	fs.IntVar(&txnsInFlight, "max-txns-in-flight", bench.DefaultTxnsInFlight, "the transactions each reference writer keeps in flight (the ingester writes a window in one transaction)")
 	setup.register(fs)
@@ -332,17 +330,19 @@ Freshness goal: p99 ≤ 50 ms at half the ceiling (DESIGN) or at a fixed
 
 // setupFlags are the flags of bench.Setup: how etcd and the ingesters run.
 type setupFlags struct {
-	hashMode    string
-	fsync       bool
-	chunkSize   int
-	chunkOpenAt int
+	hashMode     string
+	fsync        bool
+	chunkSize    int
+	chunkOpenAt  int
+	windowLinger time.Duration
 }
 
 func (f *setupFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.hashMode, "hash-mode", string(ingester.DefaultConfig().HashMode),
 		"the ingesters' --hash-mode: token (blocks keyed from their token ids; the freshness probes look up token keys) or engine")
-	fs.IntVar(&f.chunkSize, "chunk-size", ingester.DefaultConfig().ChunkSize, "the ingesters' --chunk-size: the most blocks of one chunk key (their --chunk-merge-below follows it, a quarter)")
-	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a record's first new block in a tier opens a new chunk when the newest already holds this many, or the merge threshold for a record storing --chunk-size/8 there (0: their default, 3/4 of --chunk-size; --chunk-size: only when full)")
+	fs.IntVar(&f.chunkSize, "chunk-size", ingester.DefaultConfig().ChunkSize, "the ingesters' --chunk-size: the most blocks of one chunk key (their --chunk-merge-below follows it, an eighth)")
+	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a record's first new block in a tier opens a new chunk when the newest already holds this many, or the merge threshold for a record storing --chunk-size/8 there (0: their default, --chunk-size with a linger, else 3/4 of it; --chunk-size: only when full)")
+	fs.DurationVar(&f.windowLinger, "window-linger", ingester.DefaultWindowLinger, "the ingesters' --window-linger: a window that is not full stays open until its oldest record is this old (0: none)")
 	fs.BoolVar(&f.fsync, "fsync", true, "run etcd with fsync on, as every deployment does; --fsync=false only to compare with figures measured without it")
 }
 
@@ -357,7 +357,14 @@ func (f *setupFlags) setup() (bench.Setup, error) {
 	if f.chunkOpenAt < 0 || f.chunkOpenAt > f.chunkSize {
 		return bench.Setup{}, usagef("--chunk-open-at %d: want between 1 and --chunk-size %d, or 0 for the default", f.chunkOpenAt, f.chunkSize)
 	}
-	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize, ChunkOpenAt: f.chunkOpenAt}, nil
+	if f.windowLinger < 0 || f.windowLinger > time.Second {
+		return bench.Setup{}, usagef("--window-linger %v: want between 0 and 1s", f.windowLinger)
+	}
+	linger := f.windowLinger
+	if linger == 0 {
+		linger = -1 // bench.Setup: none
+	}
+	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize, ChunkOpenAt: f.chunkOpenAt, WindowLinger: linger}, nil
 }
 
 // registerStream adds the fleet simulation's flags.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	gocmp "github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -103,8 +105,11 @@ func TestQuickSmoke(t *testing.T) {
 				// The write-path figures say how etcd and the ingesters
 				// ran: by default as production runs them.
 				if sub == "fleet" || sub == "ingest" {
-					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" || f.Labels["chunk_size"] != "64" || f.Labels["chunk_open_at"] != "48" {
-						t.Errorf("figure %s: labels %v, want fsync on, hash_mode token, chunk_size 64 and chunk_open_at 48", *f.Figure, f.Labels)
+					size := strconv.Itoa(ingester.DefaultChunkSize)
+					openAt := strconv.Itoa(ingester.DefaultChunkOpenAt(ingester.DefaultChunkSize, ingester.DefaultWindowLinger))
+					linger := ingester.DefaultWindowLinger.String()
+					if f.Labels["fsync"] != "on" || f.Labels["hash_mode"] != "token" || f.Labels["chunk_size"] != size || f.Labels["chunk_open_at"] != openAt || f.Labels["window_linger"] != linger {
+						t.Errorf("figure %s: labels %v, want fsync on, hash_mode token, chunk_size %s, chunk_open_at %s and window_linger %s (the ingester's defaults)", *f.Figure, f.Labels, size, openAt, linger)
 					}
 				}
 				if labels, ok := withGoal[*f.Figure]; ok && sub == "fleet" {

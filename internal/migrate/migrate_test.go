@@ -285,8 +285,17 @@ func TestMigrate(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"gpu": 284, "cpu": 70, "disk": 4}, rep.Blocks); diff != "" {
 		t.Errorf("blocks per tier (-want +got):\n%s", diff)
 	}
-	// gpu: 3 + 2 + 1 chunks; cpu: 1 + 0 + 2; disk: 0 + 1 + 1.
-	if diff := cmp.Diff(map[string]int{"gpu": 6, "cpu": 3, "disk": 2}, rep.Chunks); diff != "" {
+	// Each (endpoint, tier) fills ceil(blocks / chunk size) chunks: the
+	// fixture's gpu 150 + 70 + 64 blocks, cpu 5 + 0 + 65, disk 0 + 3 + 1
+	// (13, 4 and 2 chunks at 24).
+	chunks := func(blocks ...int) int {
+		n := 0
+		for _, b := range blocks {
+			n += (b + keyspace.DefaultChunkSize - 1) / keyspace.DefaultChunkSize
+		}
+		return n
+	}
+	if diff := cmp.Diff(map[string]int{"gpu": chunks(150, 70, 64), "cpu": chunks(5, 65), "disk": chunks(3, 1)}, rep.Chunks); diff != "" {
 		t.Errorf("chunks per tier (-want +got):\n%s", diff)
 	}
 

@@ -35,7 +35,8 @@ type Chunker struct {
 	// set before the first Store).
 	Size int
 	// MergeBelow is the fill under which a closed chunk is merged into
-	// the open one (a quarter of Size unless set; 0 never merges).
+	// the open one (an eighth of Size, at least 1, as the ingester's
+	// default; 0 never merges).
 	MergeBelow int
 	// Engine writes width-16 entries (token mode) with Engine hashes.
 	Engine bool
@@ -64,7 +65,7 @@ type batchEntry struct {
 // NewChunker returns a Chunker writing keys of ks with the default chunk
 // size and merge threshold.
 func NewChunker(ks keyspace.Keyspace) *Chunker {
-	return &Chunker{ks: ks, Size: keyspace.DefaultChunkSize, MergeBelow: keyspace.DefaultChunkSize / 4,
+	return &Chunker{ks: ks, Size: keyspace.DefaultChunkSize, MergeBelow: max(1, keyspace.DefaultChunkSize/8),
 		tiers: map[tierKey]*tierChunks{}, batch: map[string]batchEntry{}}
 }
 

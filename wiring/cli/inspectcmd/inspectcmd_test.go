@@ -215,7 +215,9 @@ func TestInspectChunksAndModels(t *testing.T) {
 		Tiers     []*fillStats
 		Problems  []problem
 	}
-	if err := json.Unmarshal([]byte(run(t, e, "chunks", "-o", "json")), &chunks); err != nil {
+	// The fixture's chunks hold up to 64 entries, as ingesters at
+	// --chunk-size 64 write them.
+	if err := json.Unmarshal([]byte(run(t, e, "chunks", "--chunk-size", "64", "-o", "json")), &chunks); err != nil {
 		t.Fatal(err)
 	}
 	gpu := chunks.Tiers[0]
@@ -239,7 +241,7 @@ func TestInspectChunksAndModels(t *testing.T) {
 	if !orphan || len(chunks.Problems) != 3 {
 		t.Fatalf("problems %+v: want the malformed value and key and the chunk under no record", chunks.Problems)
 	}
-	if out := run(t, e, "chunks", "--model", epA.Model); !strings.Contains(out, "1-8:0 9-16:0 17-24:1") || !strings.Contains(out, "0.656") {
+	if out := run(t, e, "chunks", "--chunk-size", "64", "--model", epA.Model); !strings.Contains(out, "1-8:0 9-16:0 17-24:1") || !strings.Contains(out, "0.656") {
 		t.Fatalf("chunks text:\n%s", out)
 	}
 

@@ -383,9 +383,17 @@ const noAddresses = "no children to pick from"
 // explain turns gRPC's bare "no children to pick from" (a dns target that
 // resolved to no address) into a message that says so, with the
 // resolver's error, looked up again for the purpose (for at most a
-// second, within ctx).
+// second, within ctx); and a call Close cut off (CANCELED while ctx is
+// live) into one wrapping ErrClosed.
 func (c *Client) explain(ctx context.Context, err error) error {
 	var e *Error
+	if errors.As(err, &e) && e.Code == codes.Canceled && ctx.Err() == nil && c.closed.Load() {
+		// gRPC cancels the calls in flight when Close closes their
+		// connection: to the caller, whose context is live, the Client
+		// was closed.
+		e.sentinel = ErrClosed
+		return e
+	}
 	if c.dnsHost == "" || !errors.As(err, &e) || e.Code != codes.Unavailable || !strings.Contains(e.Message, noAddresses) || ctx.Err() != nil {
 		return err
 	}
@@ -419,7 +427,8 @@ func serviceConfig(attempts int) string {
 }`, attempts)
 }
 
-// Close releases the connections. Calls after Close fail with ErrClosed.
+// Close releases the connections. Calls after Close, and those in flight
+// when it is called (their contexts still live), fail with ErrClosed.
 func (c *Client) Close() error {
 	if !c.closed.CompareAndSwap(false, true) {
 		return nil

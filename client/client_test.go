@@ -195,6 +195,27 @@ func TestDefaultDeadline(t *testing.T) {
 	}
 }
 
+// TestCloseEndsCallsInFlightWithErrClosed: a Lookup waiting on the server
+// when Close is called fails with ErrClosed, not ErrCanceled: its
+// caller's context is live, the Client went away.
+func TestCloseEndsCallsInFlightWithErrClosed(t *testing.T) {
+	f := &fakeIndex{name: "p", block: true}
+	addr, _ := serve(t, f)
+	c := newClient(t, addr, WithTimeout(time.Minute))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Lookup(context.Background(), "m", []uint64{1})
+		errc <- err
+	}()
+	for f.calls.Load() == 0 {
+		time.Sleep(time.Millisecond) // until the call reached the server
+	}
+	c.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) || errors.Is(err, ErrCanceled) {
+		t.Fatalf("call cut off by Close: %v, want ErrClosed", err)
+	}
+}
+
 func TestNewRejectsEmptyTarget(t *testing.T) {
 	for _, target := range []string{"  ", ",", " , ,", "http://indexd:50051", "https://indexd:50051", "a:1,b", "a:1,b:c:d"} {
 		if _, err := New(target); !errors.Is(err, ErrInvalidArgument) {

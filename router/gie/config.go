@@ -321,6 +321,20 @@ type TierScorerParams struct {
 // TierWeights are the resolved weights.
 type TierWeights struct{ GPU, CPU, Disk float64 }
 
+// Validate returns an error wrapping ErrInvalidConfig unless every weight
+// lies in [0, 1] (NaN does not).
+func (w TierWeights) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"gpu", w.GPU}, {"cpu", w.CPU}, {"disk", w.Disk}} {
+		if !(f.v >= 0 && f.v <= 1) {
+			return fmt.Errorf("%w: tier weight %s %v outside [0, 1]", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	return nil
+}
+
 // DefaultTierWeights are gpu 1.0, cpu 0.8, disk 0.5.
 func DefaultTierWeights() TierWeights { return TierWeights{GPU: 1, CPU: 0.8, Disk: 0.5} }
 
@@ -337,18 +351,13 @@ func ParseTierScorerParams(raw json.RawMessage) (TierWeights, error) {
 	if err := dec.Decode(&p); err != nil {
 		return w, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
 	}
-	for _, f := range []struct {
-		name string
-		v    *float64
-		dst  *float64
-	}{{"gpu", p.GPU, &w.GPU}, {"cpu", p.CPU, &w.CPU}, {"disk", p.Disk, &w.Disk}} {
-		if f.v == nil {
-			continue
+	for _, f := range []struct{ v, dst *float64 }{{p.GPU, &w.GPU}, {p.CPU, &w.CPU}, {p.Disk, &w.Disk}} {
+		if f.v != nil {
+			*f.dst = *f.v
 		}
-		if *f.v < 0 || *f.v > 1 {
-			return w, fmt.Errorf("%w: tier weight %s %v outside [0, 1]", ErrInvalidConfig, f.name, *f.v)
-		}
-		*f.dst = *f.v
+	}
+	if err := w.Validate(); err != nil {
+		return DefaultTierWeights(), err
 	}
 	return w, nil
 }

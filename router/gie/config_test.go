@@ -77,12 +77,23 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		// "use the default".
 		"explicit_zero_timeout":    `{"target":"x:1","lookupTimeout":"0s"}`,
 		"explicit_zero_block_size": `{"target":"x:1","blockSize":0}`,
+		"max_prompt_tokens_over":   `{"target":"x:1","maxPromptTokens":1048577}`,
+		"max_prompt_tokens_zero":   `{"target":"x:1","maxPromptTokens":-1}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}
 		})
+	}
+}
+
+// TestParseProducerParamsMaxPromptTokensBound: the largest accepted
+// maxPromptTokens is MaxMatcherPromptTokens.
+func TestParseProducerParamsMaxPromptTokensBound(t *testing.T) {
+	p, err := ParseProducerParams([]byte(`{"target":"x:1","maxPromptTokens":1048576}`))
+	if err != nil || p.MaxPromptTokens != MaxMatcherPromptTokens {
+		t.Fatalf("maxPromptTokens 1048576: %+v, %v; want it accepted", p.MaxPromptTokens, err)
 	}
 }
 

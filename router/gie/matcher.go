@@ -28,9 +28,17 @@ type MatcherConfig struct {
 	LookupTimeout time.Duration
 	// MaxPromptTokens caps the tokens looked up: a longer prompt is looked
 	// up by its first MaxPromptTokens tokens (a prefix match needs no
-	// more), and Total counts only those. Default 65536; must be positive.
+	// more), and Total counts only those. Default 65536; between 1 and
+	// MaxMatcherPromptTokens. indexd refuses a token Lookup of more than
+	// its --max-tokens (default 131,072) as invalid, and the producer
+	// then falls back, so a value above indexd's wastes the Lookup.
 	MaxPromptTokens int
 }
+
+// MaxMatcherPromptTokens is the most MatcherConfig.MaxPromptTokens may be:
+// 1 Mi tokens, 65,536 blocks of 16, 8× indexd's default --max-tokens. It
+// bounds what one request may make the producer hash and send.
+const MaxMatcherPromptTokens = 1 << 20
 
 // DefaultMatcherConfig returns the defaults documented on MatcherConfig.
 func DefaultMatcherConfig() MatcherConfig {
@@ -44,8 +52,8 @@ func (c MatcherConfig) Validate() error {
 		return fmt.Errorf("%w: blockSize %d must be positive", ErrInvalidConfig, c.BlockSize)
 	case c.LookupTimeout <= 0:
 		return fmt.Errorf("%w: lookupTimeout %v must be positive", ErrInvalidConfig, c.LookupTimeout)
-	case c.MaxPromptTokens <= 0:
-		return fmt.Errorf("%w: maxPromptTokens %d must be positive", ErrInvalidConfig, c.MaxPromptTokens)
+	case c.MaxPromptTokens <= 0 || c.MaxPromptTokens > MaxMatcherPromptTokens:
+		return fmt.Errorf("%w: maxPromptTokens %d must be between 1 and %d", ErrInvalidConfig, c.MaxPromptTokens, MaxMatcherPromptTokens)
 	}
 	return nil
 }

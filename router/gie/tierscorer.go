@@ -30,12 +30,17 @@ type TierScorer struct {
 
 var _ framework.Scorer = (*TierScorer)(nil)
 
-// NewTierScorer returns a scorer named name with weights w.
-func NewTierScorer(name string, w TierWeights) *TierScorer {
+// NewTierScorer returns a scorer named name (empty: TierScorerType) with
+// weights w; it returns an error wrapping ErrInvalidConfig when a weight
+// is outside [0, 1] (TierWeights.Validate).
+func NewTierScorer(name string, w TierWeights) (*TierScorer, error) {
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
 	if name == "" {
 		name = TierScorerType
 	}
-	return &TierScorer{typedName: plugin.TypedName{Type: TierScorerType, Name: name}, weights: w}
+	return &TierScorer{typedName: plugin.TypedName{Type: TierScorerType, Name: name}, weights: w}, nil
 }
 
 // TierScorerFactory is the EPP factory of kvindex-tier-scorer; parameters
@@ -45,7 +50,7 @@ func TierScorerFactory(name string, raw json.RawMessage, _ plugin.Handle) (plugi
 	if err != nil {
 		return nil, err
 	}
-	return NewTierScorer(name, w), nil
+	return NewTierScorer(name, w)
 }
 
 // TypedName implements plugin.Plugin.

@@ -2,6 +2,8 @@ package gie
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -61,7 +63,7 @@ func scoreBoth(t *testing.T, holders [][]Tier) (tier, pfx []float64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts := NewTierScorer("", DefaultTierWeights()).Score(t.Context(), nil, req, eps)
+	ts := newTierScorer(t, DefaultTierWeights()).Score(t.Context(), nil, req, eps)
 	pp := ps.Score(t.Context(), nil, req, eps)
 	for _, ep := range eps {
 		tier, pfx = append(tier, ts[ep]), append(pfx, pp[ep])
@@ -150,8 +152,32 @@ func TestTierScorerNilTierMatch(t *testing.T) {
 	eps := podEndpoints(2)
 	eps[0].Put(TierMatchKey, (*TierMatch)(nil))
 	eps[1].Put(TierMatchKey, &TierMatch{CPU: 4, Total: 12})
-	got := NewTierScorer("", DefaultTierWeights()).Score(t.Context(), nil, &framework.LLMRequest{}, eps)
+	got := newTierScorer(t, DefaultTierWeights()).Score(t.Context(), nil, &framework.LLMRequest{}, eps)
 	if diff := cmp.Diff([]float64{0, 4.0 / 12}, []float64{got[eps[0]], got[eps[1]]}); diff != "" {
 		t.Errorf("scores (-want +got):\n%s", diff)
+	}
+}
+
+// newTierScorer is NewTierScorer for weights the test knows are valid.
+func newTierScorer(t *testing.T, w TierWeights) *TierScorer {
+	t.Helper()
+	s, err := NewTierScorer("", w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestNewTierScorerRefusesBadWeights: a weight outside [0, 1], NaN
+// included, is an invalid config from the Go API as from the JSON one.
+func TestNewTierScorerRefusesBadWeights(t *testing.T) {
+	for _, w := range []TierWeights{{GPU: 1.5, CPU: 0.8, Disk: 0.5}, {GPU: 1, CPU: -0.1, Disk: 0.5}, {GPU: 1, CPU: 0.8, Disk: math.NaN()}} {
+		if s, err := NewTierScorer("", w); !errors.Is(err, ErrInvalidConfig) || s != nil {
+			t.Errorf("%+v: scorer %v, err %v; want nil and ErrInvalidConfig", w, s, err)
+		}
+	}
+	s, err := NewTierScorer("mine", TierWeights{})
+	if err != nil || s.TypedName().Name != "mine" || s.Weights() != (TierWeights{}) {
+		t.Errorf("zero weights: %v, %v; want a scorer named mine", s, err)
 	}
 }

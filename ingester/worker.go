@@ -131,8 +131,8 @@ func (w *worker) run(ctx context.Context, in <-chan input, drain <-chan struct{}
 // fill adds the inputs already queued to the open window, then, with a
 // WindowLinger, waits for more until the window is full, its oldest
 // record is WindowLinger old (lingerLeft), ctx ends or drain closes (the
-// caller commits and sees it). Ticks wait for the commit: liveness is judged on the
-// partition clock, which only records move.
+// caller commits and sees it). Ticks wait for the commit: liveness is
+// judged on the partition clock, which only records move.
 func (w *worker) fill(ctx context.Context, in <-chan input, drain <-chan struct{}) error {
 	for !w.windowFull() {
 		select {

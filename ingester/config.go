@@ -152,8 +152,8 @@ type Config struct {
 	// of an (endpoint, tier) opens a new chunk when the open chunk already
 	// holds at least this many entries, so a small record does not
 	// rewrite a nearly full chunk for a few blocks. A big record, one that
-	// stores BigRecordStores(ChunkSize) blocks or more in the tier (8 for
-	// chunks of 64), opens one as soon as the open chunk holds the merge
+	// stores BigRecordStores(ChunkSize) blocks or more in the tier (3 for
+	// chunks of 24), opens one as soon as the open chunk holds the merge
 	// threshold: it brings about what a window carries for its endpoint,
 	// and appended it would rewrite the open chunk whole for them
 	// (BENCHMARKS.md "The open threshold of a record": at 50k block

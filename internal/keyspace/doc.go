@@ -5,7 +5,7 @@
 //
 // Every key lives under a configurable prefix (default "/kvindex/v2/"):
 //
-//	chunks/{model}/{pod}/{rank}/{tier}/{seq:016x}    up to 64 blocks (binary)
+//	chunks/{model}/{pod}/{rank}/{tier}/{seq:016x}    up to --chunk-size blocks (binary; default 24, readers accept 256)
 //	endpoints/{model}/{pod}/{rank}                    EndpointRecord (JSON)
 //	owners/{topic}/{partition}                        OwnerRecord (JSON)
 //	offsets/{topic}/{partition}                       next offset (decimal)

@@ -9,8 +9,9 @@ import (
 )
 
 // Chunks (DESIGN "etcd keyspace (v2)", "Reads (indexd)"): the writer keeps
-// an (endpoint, tier)'s blocks in chunk keys of up to the chunk size (default 24, at most 256) key hashes each,
-// and every put carries a chunk's whole value. The index keeps no chunk
+// an (endpoint, tier)'s blocks in chunk keys of up to the chunk size
+// (default 24, at most 256) key hashes each, and every put carries a
+// chunk's whole value. The index keeps no chunk
 // state: it applies a put as the difference between the chunk's previous
 // value (etcd's prev_kv, which the reflector asks the watch for) and its
 // new one, and a delete as the removal of every key the previous value

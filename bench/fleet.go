@@ -136,10 +136,6 @@ const FreshnessGoalRate = 50_000
 // ingester's coalescing), a count that does not depend on the layout.
 type FleetResult struct {
 	Partitions int32
-	// WindowLinger is the ingesters' WindowLinger in the paced and the
-	// unpaced runs (the captured transactions come from an unpaced run
-	// too): Setup's, its default filled in.
-	WindowLinger time.Duration
 	// Setup is the run's etcd and ingester settings.
 	Setup Setup
 	// Records, Events and BlockOps are the run's stream (the Duration's
@@ -309,7 +305,7 @@ func RunFleet(ctx context.Context, cfg FleetConfig) (*FleetResult, error) {
 	if len(s.Records) == 0 {
 		return nil, fmt.Errorf("bench: no record of the stream fits %s at %.0f block-ops/s", cfg.Duration, cfg.Rate)
 	}
-	res := &FleetResult{Partitions: cfg.Partitions, WindowLinger: cfg.Setup.windowLinger(), Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
+	res := &FleetResult{Partitions: cfg.Partitions, Setup: cfg.Setup, Records: len(s.Records), Events: s.Events, BlockOps: s.BlockOps}
 	if err := fleetCeiling(ctx, cfg, s, res); err != nil {
 		return nil, err
 	}

@@ -78,7 +78,7 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"explicit_zero_timeout":    `{"target":"x:1","lookupTimeout":"0s"}`,
 		"explicit_zero_block_size": `{"target":"x:1","blockSize":0}`,
 		"max_prompt_tokens_over":   `{"target":"x:1","maxPromptTokens":1048577}`,
-		"max_prompt_tokens_zero":   `{"target":"x:1","maxPromptTokens":-1}`,
+		"max_prompt_tokens_neg":    `{"target":"x:1","maxPromptTokens":-1}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {

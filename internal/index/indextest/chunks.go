@@ -4,7 +4,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/tier"
 )
@@ -36,8 +35,9 @@ type Chunker struct {
 	// set before the first Store).
 	Size int
 	// MergeBelow is the fill under which a closed chunk is merged into
-	// the open one (ingester.DefaultChunkMergeBelow of the default size
-	// unless set; 0 never merges).
+	// the open one (an eighth of Size, at least 1, the rule of
+	// ingester.DefaultChunkMergeBelow, which this foundation package may
+	// not import; 0 never merges).
 	MergeBelow int
 	// Engine writes width-16 entries (token mode) with Engine hashes.
 	Engine bool
@@ -66,7 +66,7 @@ type batchEntry struct {
 // NewChunker returns a Chunker writing keys of ks with the default chunk
 // size and merge threshold.
 func NewChunker(ks keyspace.Keyspace) *Chunker {
-	return &Chunker{ks: ks, Size: keyspace.DefaultChunkSize, MergeBelow: ingester.DefaultChunkMergeBelow(keyspace.DefaultChunkSize),
+	return &Chunker{ks: ks, Size: keyspace.DefaultChunkSize, MergeBelow: max(1, keyspace.DefaultChunkSize/8),
 		tiers: map[tierKey]*tierChunks{}, batch: map[string]batchEntry{}}
 }
 

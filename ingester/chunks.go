@@ -64,6 +64,10 @@ type tierChunks struct {
 	next   uint64
 	chunks map[uint64]*chunk
 	where  map[uint64]*chunk
+	// open caches chunks[next-1] for openChunk, which checks it before use
+	// (nil: look it up); whatever empties chunks without moving next
+	// (dropChunks, a rebuild) clears it.
+	open *chunk
 	// record is set while a record is applied and no block of it has
 	// been appended to the tier yet: rule 1's open threshold applies to
 	// the next append (beginRecord, endRecord). recordStores is the
@@ -78,6 +82,22 @@ type tierChunks struct {
 // open chunk, inside a record or not (fill).
 func (tc *tierChunks) beginRecord(stores int) { tc.record, tc.recordStores = true, stores }
 func (tc *tierChunks) endRecord()             { tc.record, tc.recordStores = false, 0 }
+
+// openChunk returns the open chunk, chunks[next-1], or nil. Every append
+// reads it, so the cached pointer saves a map lookup per stored block: it
+// is kept while its sequence number is still next-1 and it holds entries
+// (an open chunk is deleted only when emptied, or by dropChunks, which
+// clears the cache).
+func (tc *tierChunks) openChunk() *chunk {
+	if o := tc.open; o != nil && o.seq+1 == tc.next && len(o.entries) > 0 {
+		return o
+	}
+	if tc.next == 0 {
+		return nil
+	}
+	tc.open = tc.chunks[tc.next-1] // a nil map reads nil
+	return tc.open
+}
 
 // has reports whether key is present.
 func (tc *tierChunks) has(key uint64) bool { return tc.where[key] != nil }
@@ -101,7 +121,7 @@ func (tc *tierChunks) add(r chunkRule, e keyspace.ChunkEntry) *chunk {
 // big record starts its own chunk instead of rewriting the open one, and
 // small records (vLLM's decode steps) fill chunks to openAt as before.
 func (r chunkRule) opens(tc *tierChunks) bool {
-	c := tc.chunks[tc.next-1]
+	c := tc.openChunk()
 	if c == nil {
 		return false
 	}
@@ -118,8 +138,8 @@ func (r chunkRule) opens(tc *tierChunks) bool {
 // (token mode re-keys a block by removing its old key first) neither
 // takes the threshold nor uses up the record's.
 func (tc *tierChunks) fill(r chunkRule, e keyspace.ChunkEntry, open bool) *chunk {
-	c := tc.chunks[tc.next-1] // a nil map, or no chunk -1, reads nil
-	if tc.next == 0 || c == nil || len(c.entries) >= r.size || open {
+	c := tc.openChunk()
+	if c == nil || len(c.entries) >= r.size || open {
 		if tc.chunks == nil {
 			tc.chunks = make(map[uint64]*chunk)
 			tc.where = make(map[uint64]*chunk)
@@ -127,6 +147,7 @@ func (tc *tierChunks) fill(r chunkRule, e keyspace.ChunkEntry, open bool) *chunk
 		c = &chunk{seq: tc.next, entries: make([]keyspace.ChunkEntry, 0, r.size)}
 		tc.chunks[c.seq] = c
 		tc.next++
+		tc.open = c
 	}
 	c.entries = append(c.entries, e)
 	tc.where[e.Key] = c
@@ -209,6 +230,7 @@ func dropChunks(ep *endpoint, t tier.Tier, sink chunkSink) {
 	}
 	clear(tc.chunks)
 	clear(tc.where)
+	tc.open = nil
 }
 
 // hasChunks reports whether ep holds a chunk in any tier.

@@ -229,6 +229,7 @@ func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.Le
 	}
 	token := ep.hashMode == keyspace.HashModeToken
 	tc := &ep.chunks[t]
+	tc.open = nil
 	if tc.chunks == nil {
 		tc.chunks = make(map[uint64]*chunk)
 		tc.where = make(map[uint64]*chunk)

@@ -152,6 +152,10 @@ type applier struct {
 	log *slog.Logger
 	m   *metrics
 	dec *events.Decoder
+	// batch is the record being applied, decoded by dec.DecodeInto into
+	// memory reused record after record: nothing keeps a slice of it past
+	// record.
+	batch events.Batch
 	// mediums is the fingerprint of cfg.Mediums (DESIGN v1.1): every
 	// endpoint record carries the one it was written under.
 	mediums string
@@ -258,7 +262,8 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 		skip(skipEmptyValue)
 		return
 	}
-	batch, err := a.dec.Decode(r.Value)
+	batch := &a.batch
+	err := a.dec.DecodeInto(batch, r.Value)
 	if errors.Is(err, events.ErrMalformedBatch) {
 		skip(skipMalformed, "err", clipErr(err.Error()))
 		return
@@ -292,7 +297,7 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 			otherGroup++
 			continue
 		}
-		a.m.events.WithLabelValues(ev.Type.String()).Inc()
+		a.m.eventsOf(ev.Type).Inc()
 		switch ev.Type {
 		case events.BlockStored:
 			a.stored(ep, ev)

@@ -89,6 +89,10 @@ type endpoint struct {
 	// dirty: the window changed it; the window's last transaction writes
 	// it.
 	dirty bool
+	// lastWrite is, per tier, where the window's chunkChanged last put a
+	// write of this endpoint: an index into window.writes that the window
+	// checks before use, so a stale one (a later window) costs nothing.
+	lastWrite [tier.Count + 1]int32
 	// gone: dropped with its record (goodbye, expiry); a later record of
 	// the same endpoint starts a new state.
 	gone bool

@@ -51,7 +51,7 @@ func (s *engineMaps) store(ep *endpoint, h, key uint64, t tier.Tier) (old uint64
 	case e.key != key:
 		ep.engine[h] = engineEntry{key: key, tiers: bit(t)}
 		return e.key, e.tiers
-	default:
+	case e.tiers&bit(t) == 0:
 		e.tiers |= bit(t)
 		ep.engine[h] = e
 	}

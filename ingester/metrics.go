@@ -5,12 +5,18 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/kvindex/kvindex/internal/events"
 )
 
 // metrics are the ingester's Prometheus metrics (subsystem "ingester").
 type metrics struct {
-	records        prometheus.Counter
-	events         *prometheus.CounterVec // by type
+	records prometheus.Counter
+	events  *prometheus.CounterVec // by type
+	// eventsByType holds events' child per events.Type, made up front
+	// (workers share metrics): the label lookup hashes its value, once
+	// per event.
+	eventsByType   [events.TierBlocksCleared + 1]prometheus.Counter
 	skippedRecords *prometheus.CounterVec // by reason (docs/semantics.md)
 	skippedEvents  *prometheus.CounterVec // by reason (events.SkipReason)
 	drops          *prometheus.CounterVec // by reason
@@ -102,6 +108,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	// start (deploy/observability), so a rate over them is 0, not absent,
 	// and the observability tests see them in a scrape.
 	m.drops.WithLabelValues("expired")
+	for t := events.BlockStored; t <= events.TierBlocksCleared; t++ {
+		m.eventsByType[t] = m.events.WithLabelValues(t.String())
+	}
 	for _, kind := range []string{"topic", "claim", "gap"} {
 		m.outages.WithLabelValues(kind)
 	}
@@ -117,6 +126,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// eventsOf returns the events_total child of type t.
+func (m *metrics) eventsOf(t events.Type) prometheus.Counter {
+	if t == 0 || int(t) >= len(m.eventsByType) {
+		return m.events.WithLabelValues(t.String())
+	}
+	return m.eventsByType[t]
 }
 
 func partitionLabel(p int32) string { return strconv.FormatInt(int64(p), 10) }

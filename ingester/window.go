@@ -75,13 +75,29 @@ func (w *window) empty() bool {
 // A changed chunk makes its endpoint's record part of the window, so a
 // record is in etcd whenever its chunks are.
 func (w *window) chunkChanged(ep *endpoint, t tier.Tier, seq uint64, c *chunk) {
+	// Appends fill one chunk after another, so the endpoint's last write
+	// in t is most often this chunk's: checked, it spares hashing the
+	// chunk's name into idx. A chunk has one write per window, so a write
+	// of this endpoint object, tier and seq is this chunk's.
+	if i := ep.lastWrite[t]; int(i) < len(w.writes) {
+		if cw := &w.writes[i]; cw.ep == ep && cw.tier == t && cw.seq == seq {
+			cw.c = c
+			if c != nil {
+				w.markDirty(ep)
+			}
+			return
+		}
+	}
 	ref := chunkRef{id: ep.id, tier: t, seq: seq}
-	if i, ok := w.idx[ref]; ok {
+	i, ok := w.idx[ref]
+	if ok {
 		w.writes[i].ep, w.writes[i].c = ep, c
 	} else {
-		w.idx[ref] = int32(len(w.writes))
+		i = int32(len(w.writes))
+		w.idx[ref] = i
 		w.writes = append(w.writes, chunkWrite{ep: ep, tier: t, seq: seq, c: c})
 	}
+	ep.lastWrite[t] = i
 	if c != nil {
 		w.markDirty(ep)
 	}

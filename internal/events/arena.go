@@ -15,6 +15,19 @@ type arena[T any] struct {
 	first int
 }
 
+// reuse empties a for a batch that replaces the last one: the slices
+// handed out before are overwritten by the next takes. The newest block is
+// kept unless it is past arenaMax (one outsized batch must not pin its
+// memory), and first sizes a new block as for a fresh arena.
+func (a *arena[T]) reuse(first int) {
+	a.first = first
+	if cap(a.block) > arenaMax {
+		a.block = nil
+		return
+	}
+	a.block = a.block[:0]
+}
+
 // arena block sizes, in elements: the first block, and the largest a
 // block grows to by doubling (a bigger request gets a block of its own
 // size).

@@ -20,9 +20,11 @@ type Decoder struct {
 	r       reader // the payload being decoded
 	// hashSpace and tokenSpace hand out the batch's BlockHashes and
 	// TokenIDs; Decode starts both afresh, so a batch never shares them
-	// with the next.
+	// with the next, and DecodeInto reuses them unless lent says a batch
+	// of Decode's still holds their blocks.
 	hashSpace  arena[uint64]
 	tokenSpace arena[int64]
+	lent       bool
 	// medium caches the last medium string so a batch of events on one
 	// medium allocates it once; mediumTier and mediumOK are its tier.
 	medium     string
@@ -49,19 +51,63 @@ func NewDecoder(mediums MediumMap) *Decoder {
 // wrapping ErrMalformedBatch the whole payload must be skipped; per-event
 // problems are reported in Batch.Skipped instead.
 func (d *Decoder) Decode(payload []byte) (Batch, error) {
-	d.r.reset(payload)
 	// Sized for the common shape: a hash or more per 100 payload bytes,
 	// a token per 8 (token ids take 1-5 bytes each, beside the rest).
 	d.hashSpace, d.tokenSpace = arena[uint64]{first: len(payload) / 100}, arena[int64]{first: len(payload) / 8}
-	defer d.r.reset(nil)
+	d.lent = true
 	var b Batch
-	if err := d.decodeBatch(&b); err != nil {
-		return Batch{}, fmt.Errorf("%w: %v", ErrMalformedBatch, err)
-	}
-	if n := d.r.len(); n > 0 {
-		return Batch{}, fmt.Errorf("%w: %d trailing bytes after the batch", ErrMalformedBatch, n)
+	if err := d.decode(&b, payload); err != nil {
+		return Batch{}, err
 	}
 	return b, nil
+}
+
+// DecodeInto decodes payload into b as Decode does, reusing memory: b's
+// Events and Skipped, and the decoder's blocks for BlockHashes and
+// TokenIDs. It is for a caller that is done with one batch before it
+// decodes the next (the ingester's applier, which keeps no slice of a
+// record's events past the record): the batch DecodeInto filled last on
+// this decoder, and every slice of it, is overwritten by the next call.
+// Batches from Decode are never overwritten. The result equals Decode's
+// but that an empty Events or Skipped may be non-nil. Errors are Decode's;
+// on one, b holds no events.
+func (d *Decoder) DecodeInto(b *Batch, payload []byte) error {
+	if d.lent {
+		d.hashSpace, d.tokenSpace, d.lent = arena[uint64]{}, arena[int64]{}, false
+	}
+	d.hashSpace.reuse(len(payload) / 100)
+	d.tokenSpace.reuse(len(payload) / 8)
+	evs, skipped := b.Events[:0], b.Skipped[:0]
+	if cap(evs) > maxEventsKept {
+		evs = nil
+	}
+	if cap(skipped) > maxEventsKept {
+		skipped = nil
+	}
+	*b = Batch{Events: evs, Skipped: skipped}
+	if err := d.decode(b, payload); err != nil {
+		*b = Batch{Events: evs[:0], Skipped: skipped[:0]}
+		return err
+	}
+	return nil
+}
+
+// maxEventsKept bounds the Events and Skipped capacity DecodeInto keeps
+// from one batch to the next, so one outsized batch does not pin its
+// memory.
+const maxEventsKept = 4096
+
+// decode decodes payload into the zeroed b, with the arenas set up.
+func (d *Decoder) decode(b *Batch, payload []byte) error {
+	d.r.reset(payload)
+	defer d.r.reset(nil)
+	if err := d.decodeBatch(b); err != nil {
+		return fmt.Errorf("%w: %v", ErrMalformedBatch, err)
+	}
+	if n := d.r.len(); n > 0 {
+		return fmt.Errorf("%w: %d trailing bytes after the batch", ErrMalformedBatch, n)
+	}
+	return nil
 }
 
 func (d *Decoder) decodeBatch(b *Batch) error {
@@ -218,7 +264,9 @@ func (d *Decoder) decodeEvents(b *Batch) error {
 	}
 	// Grow from a bounded start: a header may claim up to one event per
 	// remaining byte, and an Event is far larger than a byte.
-	b.Events = make([]Event, 0, min(n, maxEventsPrealloc))
+	if want := min(n, maxEventsPrealloc); b.Events == nil || cap(b.Events) < want {
+		b.Events = make([]Event, 0, want)
+	}
 	for i := 0; i < n; i++ {
 		ev, skip, err := d.decodeEvent(i)
 		if err != nil {

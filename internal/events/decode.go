@@ -77,19 +77,26 @@ func (d *Decoder) DecodeInto(b *Batch, payload []byte) error {
 	}
 	d.hashSpace.reuse(len(payload) / 100)
 	d.tokenSpace.reuse(len(payload) / 8)
-	evs, skipped := b.Events[:0], b.Skipped[:0]
-	if cap(evs) > maxEventsKept {
-		evs = nil
-	}
-	if cap(skipped) > maxEventsKept {
-		skipped = nil
-	}
+	evs, skipped := emptied(b.Events), emptied(b.Skipped)
 	*b = Batch{Events: evs, Skipped: skipped}
 	if err := d.decode(b, payload); err != nil {
-		*b = Batch{Events: evs[:0], Skipped: skipped[:0]}
+		*b = Batch{Events: emptied(b.Events), Skipped: emptied(b.Skipped)}
 		return err
 	}
 	return nil
+}
+
+// emptied returns s emptied for reuse: its elements zeroed, so what they
+// pointed at (an outsized arena block, an earlier batch's extra keys) is
+// not kept alive by the spare capacity, and nil past maxEventsKept. Every
+// element past len(s) is already zero: each batch's are zeroed here before
+// the next reuses them.
+func emptied[T any](s []T) []T {
+	if cap(s) > maxEventsKept {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 // maxEventsKept bounds the Events and Skipped capacity DecodeInto keeps

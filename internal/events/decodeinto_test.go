@@ -16,7 +16,8 @@ import (
 // each result against a fresh decoder's Decode: reused memory must never
 // leak a field, an event or a hash of the batch before. It also checks
 // that a batch Decode returned is not overwritten by the DecodeInto calls
-// after it.
+// after it, and that the reused batch's spare capacity holds nothing of
+// the batches before.
 func TestDecodeIntoMatchesDecode(t *testing.T) {
 	var payloads [][]byte
 	for _, s := range loadFixtures(t) {
@@ -51,6 +52,11 @@ func TestDecodeIntoMatchesDecode(t *testing.T) {
 			}
 			if err != nil && len(into.Events)+len(into.Skipped) != 0 {
 				t.Fatalf("seed %d round %d payload %d: DecodeInto failed but left %d events, %d skipped", seed, round, i, len(into.Events), len(into.Skipped))
+			}
+			for k, ev := range into.Events[len(into.Events):cap(into.Events)] {
+				if !cmp.Equal(ev, Event{}) {
+					t.Fatalf("seed %d round %d payload %d: spare event %d of the reused batch still holds %+v (keeps an earlier batch's memory alive)", seed, round, i, k, ev)
+				}
 			}
 			if diff := cmp.Diff(want, into, cmpopts.EquateEmpty()); err == nil && diff != "" {
 				t.Fatalf("seed %d round %d payload %d: DecodeInto differs from Decode (-Decode +DecodeInto):\n%s", seed, round, i, diff)

@@ -52,6 +52,13 @@ type Setup struct {
 	// WindowLinger is the ingesters' --window-linger; zero means the
 	// ingester's default (ingester.DefaultWindowLinger), negative none.
 	WindowLinger time.Duration
+	// EtcdCPUs, when set, runs every etcd of the benchmark in a child
+	// process pinned to these CPUs, and expects the caller to have pinned
+	// this process to the others (PinOutsideEtcd): etcd has cores of its
+	// own, as a deployed member has its machine. Empty: etcd runs in this
+	// process, sharing every core. Figures carry it as the label
+	// etcd_cpus ("shared" without a split).
+	EtcdCPUs []int
 }
 
 // windowLinger is s.WindowLinger with its default filled in.
@@ -103,7 +110,7 @@ func (s Setup) chunkSize() int {
 }
 
 // etcd is the etcd options of s.
-func (s Setup) etcd() etcdOptions { return etcdOptions{noFsync: s.NoFsync} }
+func (s Setup) etcd() etcdOptions { return etcdOptions{noFsync: s.NoFsync, cpus: s.EtcdCPUs} }
 
 // labels adds s's labels (hash_mode, fsync on|off, chunk_size,
 // chunk_open_at, window_linger) to m and returns it.
@@ -113,6 +120,7 @@ func (s Setup) labels(m map[string]string) map[string]string {
 	m["chunk_size"] = fmt.Sprint(s.chunkSize())
 	m["chunk_open_at"] = fmt.Sprint(s.chunkOpenAt())
 	m["window_linger"] = s.windowLinger().String()
+	m["etcd_cpus"] = cpuLabel(s.EtcdCPUs)
 	return m
 }
 
@@ -123,13 +131,15 @@ func fsyncLabel(on bool) string {
 	return "off"
 }
 
-// etcdNode is an embedded etcd in a temporary directory and a client to
-// it.
+// etcdNode is an embedded etcd in a temporary directory, in this process
+// (srv) or in a child process of its own (child), and a client to it.
 type etcdNode struct {
-	srv *etcdembed.Server
-	cli *clientv3.Client
-	dir string
-	log *slog.Logger
+	srv       *etcdembed.Server
+	child     *etcdChild
+	endpoints []string
+	cli       *clientv3.Client
+	dir       string
+	log       *slog.Logger
 }
 
 // etcdOptions adjust an embedded etcd.
@@ -139,13 +149,31 @@ type etcdOptions struct {
 	// noFsync turns fsync off (Setup.NoFsync). The zero value keeps it
 	// on, as the read-path benchmarks (lookup, coldstart) run it too.
 	noFsync bool
+	// cpus, when set, runs etcd in a child process pinned to them
+	// (Setup.EtcdCPUs).
+	cpus []int
 }
 
-// startEtcd starts an embedded etcd on a free loopback port.
+// startEtcd starts an embedded etcd on a free loopback port: in this
+// process, or, with opts.cpus, in a child process pinned to those CPUs
+// (startEtcdChild).
 func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNode, error) {
 	dir, err := os.MkdirTemp("", "kvindex-bench-etcd-")
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
+	}
+	if len(opts.cpus) > 0 {
+		child, endpoints, err := startEtcdChild(ctx, log, dir, opts)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		n := &etcdNode{child: child, endpoints: endpoints, dir: dir, log: log}
+		if n.cli, err = n.client(); err != nil {
+			n.close()
+			return nil, err
+		}
+		return n, nil
 	}
 	cfg := etcdembed.Config{
 		DataDir:           filepath.Join(dir, "etcd"),
@@ -161,7 +189,7 @@ func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNo
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("bench: starting etcd: %w", err)
 	}
-	n := &etcdNode{srv: srv, dir: dir, log: log}
+	n := &etcdNode{srv: srv, endpoints: srv.Endpoints(), dir: dir, log: log}
 	if n.cli, err = n.client(); err != nil {
 		n.close()
 		return nil, err
@@ -173,7 +201,7 @@ func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNo
 // processes would), with extra gRPC dial options.
 func (n *etcdNode) client(opts ...grpc.DialOption) (*clientv3.Client, error) {
 	cli, err := clientv3.New(clientv3.Config{
-		Endpoints:   n.srv.Endpoints(),
+		Endpoints:   n.endpoints,
 		DialTimeout: 5 * time.Second,
 		DialOptions: append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, opts...),
 		Logger:      logging.Zap(n.log.With("component", "etcd-client")),
@@ -189,7 +217,12 @@ func (n *etcdNode) close() {
 	if n.cli != nil {
 		n.cli.Close()
 	}
-	n.srv.Close()
+	if n.srv != nil {
+		n.srv.Close()
+	}
+	if n.child != nil {
+		n.child.stop()
+	}
 	os.RemoveAll(n.dir)
 }
 

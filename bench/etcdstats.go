@@ -34,7 +34,7 @@ func dbSizeOf(ctx context.Context, n *etcdNode) (dbSize, error) {
 	case <-ctx.Done():
 		return dbSize{}, ctx.Err()
 	}
-	st, err := n.cli.Status(ctx, n.srv.Endpoints()[0])
+	st, err := n.cli.Status(ctx, n.endpoints[0])
 	if err != nil {
 		return dbSize{}, fmt.Errorf("bench: etcd status: %w", err)
 	}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -9,5 +10,8 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if code, ok := EtcdNodeMain(); ok {
+		os.Exit(code) // startEtcdChild runs this test binary as etcd
+	}
 	goleak.VerifyTestMain(m, testutil.LeakOptions()...)
 }

@@ -291,13 +291,21 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	a.chooseGroup(ep, batch.Events)
 	a.beginRecord(ep, batch.Events)
 	otherGroup := 0
+	// Counted per record, not per event: the counters are shared by the
+	// partitions' workers, and one atomic add per event was 3% of a
+	// backlog's ingest CPU.
+	var byType [len(a.m.eventsByType)]int
 	for i := range batch.Events {
 		ev := &batch.Events[i]
 		if !inGroup(ep, ev) {
 			otherGroup++
 			continue
 		}
-		a.m.eventsOf(ev.Type).Inc()
+		if int(ev.Type) < len(byType) {
+			byType[ev.Type]++
+		} else {
+			a.m.eventsOf(ev.Type).Inc()
+		}
 		switch ev.Type {
 		case events.BlockStored:
 			a.stored(ep, ev)
@@ -311,6 +319,11 @@ func (a *applier) record(r *kgo.Record, behind bool) {
 	}
 	for t := range ep.chunks {
 		ep.chunks[t].endRecord()
+	}
+	for t, n := range byType {
+		if n > 0 {
+			a.m.eventsOf(events.Type(t)).Add(float64(n))
+		}
 	}
 	if otherGroup > 0 {
 		// Expected of every hybrid model, so counted and logged at debug

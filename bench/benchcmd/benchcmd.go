@@ -335,6 +335,7 @@ type setupFlags struct {
 	chunkSize    int
 	chunkOpenAt  int
 	windowLinger time.Duration
+	etcdCPUs     []int
 }
 
 func (f *setupFlags) register(fs *pflag.FlagSet) {
@@ -344,8 +345,12 @@ func (f *setupFlags) register(fs *pflag.FlagSet) {
 	fs.IntVar(&f.chunkOpenAt, "chunk-open-at", 0, "the ingesters' --chunk-open-at: a record's first new block in a tier opens a new chunk when the newest already holds this many, or the merge threshold for a record storing --chunk-size/8 there (0: their default, --chunk-size with a linger, else 3/4 of it; --chunk-size: only when full)")
 	fs.DurationVar(&f.windowLinger, "window-linger", ingester.DefaultWindowLinger, "the ingesters' --window-linger: a window that is not full stays open until its oldest record is this old (0: none)")
 	fs.BoolVar(&f.fsync, "fsync", true, "run etcd with fsync on, as every deployment does; --fsync=false only to compare with figures measured without it")
+	fs.IntSliceVar(&f.etcdCPUs, "etcd-cpus", nil, "run each etcd in a child process pinned to these CPUs (Linux), and everything else on the other CPUs, as etcd runs on machines of its own when deployed (empty: etcd shares every core; figures carry the label etcd_cpus)")
 }
 
+// setup checks the flags and returns their bench.Setup; with --etcd-cpus
+// it also pins this process to the CPUs left outside etcd
+// (bench.PinOutsideEtcd), so call it before the benchmark starts.
 func (f *setupFlags) setup() (bench.Setup, error) {
 	m, err := keyspace.ParseHashMode(f.hashMode)
 	if err != nil {
@@ -364,7 +369,11 @@ func (f *setupFlags) setup() (bench.Setup, error) {
 	if linger == 0 {
 		linger = -1 // bench.Setup: none
 	}
-	return bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize, ChunkOpenAt: f.chunkOpenAt, WindowLinger: linger}, nil
+	out := bench.Setup{HashMode: m, NoFsync: !f.fsync, ChunkSize: f.chunkSize, ChunkOpenAt: f.chunkOpenAt, WindowLinger: linger, EtcdCPUs: f.etcdCPUs}
+	if _, err := bench.PinOutsideEtcd(out); err != nil {
+		return bench.Setup{}, usagef("--etcd-cpus: %v", err)
+	}
+	return out, nil
 }
 
 // registerStream adds the fleet simulation's flags.

@@ -14,10 +14,14 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/kvindex/kvindex/bench"
 	"github.com/kvindex/kvindex/bench/benchcmd"
 )
 
 func main() {
+	if code, ok := bench.EtcdNodeMain(); ok {
+		os.Exit(code) // an etcd child of a run with --etcd-cpus
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := benchcmd.NewCommand().ExecuteContext(ctx)
 	stop()

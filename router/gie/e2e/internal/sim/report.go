@@ -41,6 +41,15 @@ const (
 // arrival order and their aggregate.
 const FigCeiling = "hit_rate_ceiling_pct"
 
+// FigTierSplits is the requests where a tier-blind choice can cost hit
+// value, in percent (RunResult.TierSplitRate); FigTierHeadroom what a
+// tier-aware choice could add, in hit-rate points
+// (RunResult.TierHeadroomPoints).
+const (
+	FigTierSplits   = "tier_split_pct"
+	FigTierHeadroom = "tier_headroom_pts"
+)
+
 // FigLagMisses counts a cell's event-lag probes not seen within 10 s.
 const FigLagMisses = "event_lag_misses"
 
@@ -155,6 +164,8 @@ func (r *Result) runFigures(x RunResult, l map[string]string) []bench.Figure {
 		bench.Figure{Name: FigLagP99, Labels: l, Value: ms(quantile(x.Lag, 0.99)), Unit: "ms"},
 		bench.Figure{Name: FigLagMax, Labels: l, Value: ms(quantile(x.Lag, 1)), Unit: "ms"},
 		bench.Figure{Name: FigLagMisses, Labels: l, Value: float64(x.LagMisses), Unit: "probes"},
+		bench.Figure{Name: FigTierSplits, Labels: l, Value: x.TierSplitRate(), Unit: "%"},
+		bench.Figure{Name: FigTierHeadroom, Labels: l, Value: x.TierHeadroomPoints(), Unit: "points"},
 	)
 }
 
@@ -333,7 +344,8 @@ const ceilingRow = "ceiling (1 pod, infinite cache)"
 // WriteMarkdown writes the report: the hit-rate table (rows: strategy
 // variants and the reuse ceiling; columns: cache fractions; each cell
 // its mean [min, max] over the arrival orders), the table of every cell
-// (the same aggregate of each figure), the table of every run (one cell
+// (the same aggregate of each figure), where the tiers can matter (each
+// cell's tier splits and tier headroom), the table of every run (one cell
 // in one order) and what was run.
 func (r *Result) WriteMarkdown(w io.Writer, plotName string) error {
 	c := r.Config
@@ -421,6 +433,18 @@ func (r *Result) WriteMarkdown(w io.Writer, plotName string) error {
 		fmt.Fprintf(&b, "| %s | %v | %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %d of %d |\n", variant(s), s.Fraction, s.GPUBlocks,
 			spreadCell(hit, 2), spreadCell(gap, 2), spreadCell(ghost, 1), spreadCell(t50, 0), spreadCell(t99, 0),
 			spreadCell(l50, 0), spreadCell(l99, 0), spreadCell(lmax, 0), spreadCell(load, 2), nValid, len(runs))
+	}
+
+	fmt.Fprintf(&b, "\nWhere the tiers can matter (%s), judged in the pods' true states as each request was routed: the requests where the pods holding the longest prefix on any tier are not all the best by hit value (a tier split), and the hit-rate points a perfect tier-aware choice would add to a perfect tier-blind one (the tier headroom; a blind choice's tie among the longest holders taken as random):\n\n", orders)
+	b.WriteString("| strategy | fraction | requests with a tier split % | tier headroom (points) |\n|---|---:|---:|---:|\n")
+	for _, runs := range cells {
+		var splits, room []float64
+		for _, x := range runs {
+			splits = append(splits, x.TierSplitRate())
+			room = append(room, x.TierHeadroomPoints())
+		}
+		s := runs[0].Spec
+		fmt.Fprintf(&b, "| %s | %v | %s | %s |\n", variant(s), s.Fraction, spreadCell(splits, 2), spreadCell(room, 3))
 	}
 
 	b.WriteString("\nEvery run:\n\n| strategy | fraction | order | hit % | ghost routes % | TTFT p50 ms | TTFT p99 ms | event lag p50 ms | p99 ms | max ms | lag probes missed | router restarts | refused | effective speedup | late p99 ms | valid |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")

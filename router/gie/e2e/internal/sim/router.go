@@ -311,3 +311,38 @@ func oracle(pods []*Pod, allowed []bool, keys []uint64, rng *rand.Rand) (int, in
 	}
 	return pick, held
 }
+
+// tierHeadroom is, in blocks of hit value (GPU blocks 1, CPU-tier ones
+// CPUHitWeight), what a perfect tier-aware choice among the allowed pods
+// gains over a perfect tier-blind one in their true states: the best
+// pod's value less the mean value of the pods holding the longest prefix
+// on any tier (a tier-blind router cannot tell them apart, and breaks
+// their tie at random). It is 0 when no pod holds a block of the prompt,
+// or when the longest holders are also the best ones, as they are
+// whenever no holder has a block on the CPU tier only.
+func tierHeadroom(pods []*Pod, allowed []bool, keys []uint64) float64 {
+	bestAny, bestValue := 0, 0.0
+	blindSum, blind := 0.0, 0
+	for i, p := range pods {
+		if !allowed[i] {
+			continue
+		}
+		g, c := p.Match(keys)
+		v := float64(g) + CPUHitWeight*float64(c)
+		bestValue = max(bestValue, v)
+		switch n := g + c; {
+		case n > bestAny:
+			bestAny, blindSum, blind = n, v, 1
+		case n == bestAny && n > 0:
+			blindSum += v
+			blind++
+		}
+	}
+	if blind == 0 {
+		return 0
+	}
+	if room := bestValue - blindSum/float64(blind); room > 1e-9 {
+		return room
+	}
+	return 0 // equal values, up to the mean's rounding
+}

@@ -55,6 +55,64 @@ func TestOracle(t *testing.T) {
 	}
 }
 
+func TestTierHeadroom(t *testing.T) {
+	k, ids := req(1, 2, 3, 4)
+	gpuHolder := NewPod(10, 10, 1) // 4 on GPU: value 4
+	gpuHolder.Serve(k, ids)
+	cpuHolder := NewPod(4, 10, 2) // 1 on GPU, 3 on CPU: value 3.4
+	cpuHolder.Serve(k, ids)
+	kx, idsx := req(7, 8, 9)
+	cpuHolder.Serve(kx, idsx)
+	if g, c := cpuHolder.Match(k); g != 1 || c != 3 {
+		t.Fatalf("setup: the CPU holder has %d GPU, %d CPU blocks", g, c)
+	}
+	three := NewPod(10, 10, 4) // 3 on GPU: 3
+	k3, ids3 := req(1, 2, 3)
+	three.Serve(k3, ids3)
+	cold := NewPod(10, 10, 5)
+	for _, tc := range []struct {
+		name    string
+		pods    []*Pod
+		allowed []bool
+		keys    []uint64
+		want    float64
+	}{
+		{"nobody holds it", []*Pod{cold, cold}, []bool{true, true}, k, 0},
+		{"one longest holder", []*Pod{gpuHolder, three, cold}, []bool{true, true, true}, k, 0},
+		{"GPU and CPU holders of the same length", []*Pod{gpuHolder, cpuHolder}, []bool{true, true}, k, 4 - (4+3.4)/2},
+		{"the GPU holder capped", []*Pod{gpuHolder, cpuHolder}, []bool{false, true}, k, 0},
+		// 1 GPU + 3 CPU (3.4) is longest; 3 on GPU (3) is shorter and
+		// worth less: none.
+		{"shorter GPU holder worth less", []*Pod{cpuHolder, three}, []bool{true, true}, k, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tierHeadroom(tc.pods, tc.allowed, tc.keys)
+			if diff := got - tc.want; diff > 1e-9 || diff < -1e-9 {
+				t.Errorf("tierHeadroom = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A longer holder mostly on CPU against a shorter one all on GPU
+	// and worth more: the tier-blind choice (the longest) loses the
+	// difference.
+	k7, ids7 := req(1, 2, 3, 4, 5, 6, 7)
+	mostlyCPU := NewPod(7, 10, 6)
+	mostlyCPU.Serve(k7, ids7)
+	ky, idsy := req(21, 22, 23, 24, 25, 26)
+	mostlyCPU.Serve(ky, idsy) // pushes blocks 2-7 of k7 to CPU
+	g, c := mostlyCPU.Match(k7)
+	value := float64(g) + CPUHitWeight*float64(c)
+	if g+c != 7 || value >= 6 {
+		t.Fatalf("setup: the mostly-CPU holder has %d GPU, %d CPU blocks (value %v), want 7 blocks worth under 6", g, c, value)
+	}
+	six := NewPod(10, 10, 7)
+	k6, ids6 := req(1, 2, 3, 4, 5, 6)
+	six.Serve(k6, ids6)
+	if got, want := tierHeadroom([]*Pod{mostlyCPU, six}, []bool{true, true}, k7), 6-value; got < want-1e-9 || got > want+1e-9 {
+		t.Errorf("shorter GPU holder worth more: tierHeadroom = %v, want %v", got, want)
+	}
+}
+
 // TestConfigsLoad: every strategy's config, built from the repository's
 // example configs, loads through GIE's loader, and the kvindex ones run
 // the tokenized-prompt plugin before kvindex's producer in every load.

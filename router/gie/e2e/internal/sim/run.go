@@ -54,6 +54,14 @@ type RunResult struct {
 	// PromptTokens sums the routed prompts' tokens; GPUHitTokens and
 	// CPUHitTokens their tokens found on GPU and only on the CPU tier.
 	PromptTokens, GPUHitTokens, CPUHitTokens int64
+	// TierSplits counts the requests where a tier-blind choice can cost
+	// hit value (TierHeadroom > 0 for the request), and TierHeadroom sums
+	// that cost in tokens, both judged in the pods' true states when the
+	// request was routed (tierHeadroom): how much a tier-aware router
+	// could gain over a tier-blind one in the states this run's strategy
+	// made.
+	TierSplits   int
+	TierHeadroom float64
 	// Ghosts counts requests sent to a pod for more cached blocks than it
 	// had (the router's match on the chosen endpoint exceeded the pod's
 	// true prefix).
@@ -139,6 +147,26 @@ func (r RunResult) GhostRate() float64 {
 		return 0
 	}
 	return 100 * float64(r.Ghosts) / float64(r.Requests)
+}
+
+// TierSplitRate returns the requests with a tier split (TierSplits) in
+// percent of the routed requests.
+func (r RunResult) TierSplitRate() float64 {
+	if r.Requests == 0 {
+		return 0
+	}
+	return 100 * float64(r.TierSplits) / float64(r.Requests)
+}
+
+// TierHeadroomPoints returns TierHeadroom in hit-rate points (percent of
+// the prompt tokens, as HitRate): the most a tier-aware router could add
+// to the hit rate of a tier-blind one that routes as well by prefix
+// length, in this run's pod states.
+func (r RunResult) TierHeadroomPoints() float64 {
+	if r.PromptTokens == 0 {
+		return 0
+	}
+	return 100 * r.TierHeadroom / float64(r.PromptTokens)
 }
 
 // HitRate returns the token-weighted hit rate in percent: GPU hit tokens
@@ -507,6 +535,10 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 			pod, believed = p, b
 		} else {
 			pod, believed = oracle(pods, allowed, r.Keys, rng)
+		}
+		if room := tierHeadroom(pods, allowed, r.Keys); room > 0 {
+			res.TierSplits++
+			res.TierHeadroom += room * BlockTokens
 		}
 		s := pods[pod].Serve(r.Keys, r.IDs[:len(r.IDs)-1])
 		if err := publish(pubCtx, pub, model, addrs[pod], s.Events); err != nil {

@@ -183,7 +183,8 @@ func TestFigures(t *testing.T) {
 	nonOracle := runs - 3*len(r.Config.Fractions)
 	per := 2 * runs
 	want := map[string]int{FigHitRate: per, FigOracleGap: 2 * nonOracle, FigGhosts: per, FigTTFTP50: per, FigTTFTP99: per, FigSpread: per,
-		FigLagP50: per + 1, FigLagP99: per + 1, FigLagMax: per + 1, FigLagMisses: per, FigCeiling: 6, FigLate: 1, FigFallbacks: 1}
+		FigLagP50: per + 1, FigLagP99: per + 1, FigLagMax: per + 1, FigLagMisses: per, FigCeiling: 6, FigLate: 1, FigFallbacks: 1,
+		FigTierSplits: per, FigTierHeadroom: per}
 	if diff := cmp.Diff(want, names); diff != "" {
 		t.Errorf("figures (-want +got):\n%s", diff)
 	}
@@ -230,5 +231,18 @@ func TestReport(t *testing.T) {
 	}
 	if !bytes.Contains(svg, []byte("<svg")) || !bytes.Contains(svg, []byte("kvindex-tier")) {
 		t.Errorf("the plot is not an SVG with the strategies' legend (%d bytes)", len(svg))
+	}
+}
+
+func TestTierRates(t *testing.T) {
+	r := RunResult{Requests: 200, TierSplits: 3, PromptTokens: 10000, TierHeadroom: 50}
+	if got := r.TierSplitRate(); got != 1.5 {
+		t.Errorf("TierSplitRate = %v, want 1.5 (%%)", got)
+	}
+	if got := r.TierHeadroomPoints(); got != 0.5 {
+		t.Errorf("TierHeadroomPoints = %v, want 0.5 (points)", got)
+	}
+	if got := (RunResult{}).TierSplitRate() + (RunResult{}).TierHeadroomPoints(); got != 0 {
+		t.Errorf("an empty run's tier rates sum to %v, want 0", got)
 	}
 }

@@ -25,16 +25,19 @@ const envEtcdNode = "KVINDEX_BENCH_ETCD_NODE"
 
 // etcdNodeSpec is what a child etcd runs with.
 type etcdNodeSpec struct {
-	// Dir is etcd's data directory.
-	Dir     string `json:"dir"`
-	NoFsync bool   `json:"no_fsync,omitempty"`
-	Quota   int64  `json:"quota,omitempty"`
+	// Dir is etcd's data directory, removed when the child exits.
+	Dir string `json:"dir"`
+	// NoFsync and Quota are etcdOptions' noFsync and quota.
+	NoFsync bool  `json:"no_fsync,omitempty"`
+	Quota   int64 `json:"quota,omitempty"`
 	// CPUs are the CPUs the child pins itself to.
 	CPUs []int `json:"cpus"`
 }
 
-// etcdNodeReady is the child's one line on stdout once etcd serves.
+// etcdNodeReady is the child's line on stdout once etcd serves; the
+// parent skips any other line before it.
 type etcdNodeReady struct {
+	Ready     bool     `json:"kvindex_bench_etcd_ready"`
 	Endpoints []string `json:"endpoints"`
 }
 
@@ -62,6 +65,10 @@ func EtcdNodeMain() (code int, ok bool) {
 	return 0, true
 }
 
+// runEtcdNode is EtcdNodeMain's work: raw is the etcdNodeSpec as JSON;
+// the ready line goes to stdout, and the child serves until stdin ends or
+// a stop signal comes. It returns the first error of parsing, pinning,
+// starting etcd or writing the ready line.
 func runEtcdNode(raw string, stdin io.Reader, stdout io.Writer) error {
 	var spec etcdNodeSpec
 	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
@@ -70,6 +77,8 @@ func runEtcdNode(raw string, stdin io.Reader, stdout io.Writer) error {
 	if spec.Dir == "" {
 		return fmt.Errorf("%s: no data directory", envEtcdNode)
 	}
+	// The parent removes it too; this covers a parent killed outright.
+	defer os.RemoveAll(spec.Dir)
 	if err := pinProcess(spec.CPUs); err != nil {
 		return err
 	}
@@ -86,7 +95,7 @@ func runEtcdNode(raw string, stdin io.Reader, stdout io.Writer) error {
 		return fmt.Errorf("starting etcd: %w", err)
 	}
 	defer srv.Close()
-	line, err := json.Marshal(etcdNodeReady{Endpoints: srv.Endpoints()})
+	line, err := json.Marshal(etcdNodeReady{Ready: true, Endpoints: srv.Endpoints()})
 	if err != nil {
 		return err
 	}
@@ -128,6 +137,7 @@ func startEtcdChild(ctx context.Context, log *slog.Logger, dir string, opts etcd
 	cmd := exec.Command(exe)
 	cmd.Env = append(os.Environ(), envEtcdNode+"="+string(spec))
 	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = childProcAttr()
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, nil, fmt.Errorf("bench: etcd child: %w", err)
@@ -142,10 +152,13 @@ func startEtcdChild(ctx context.Context, log *slog.Logger, dir string, opts etcd
 	c := &etcdChild{cmd: cmd, stdin: stdin, done: make(chan error, 1)}
 	ready := make(chan etcdNodeReady, 1)
 	go func() {
-		var r etcdNodeReady
 		sc := bufio.NewScanner(stdout)
-		if sc.Scan() && json.Unmarshal(sc.Bytes(), &r) == nil {
-			ready <- r
+		for sc.Scan() {
+			var r etcdNodeReady
+			if json.Unmarshal(sc.Bytes(), &r) == nil && r.Ready {
+				ready <- r
+				break
+			}
 		}
 		io.Copy(io.Discard, stdout)
 		c.done <- cmd.Wait()

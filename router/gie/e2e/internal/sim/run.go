@@ -57,9 +57,9 @@ type RunResult struct {
 	// TierSplits counts the requests where a tier-blind choice can cost
 	// hit value (TierHeadroom > 0 for the request), and TierHeadroom sums
 	// that cost in tokens, both judged in the pods' true states when the
-	// request was routed (tierHeadroom): how much a tier-aware router
-	// could gain over a tier-blind one in the states this run's strategy
-	// made.
+	// request was routed (tierHeadroom): what a tier-aware choice gains
+	// over a tier-blind one, decision by decision, in the states this
+	// run's strategy made.
 	TierSplits   int
 	TierHeadroom float64
 	// Ghosts counts requests sent to a pod for more cached blocks than it
@@ -159,9 +159,10 @@ func (r RunResult) TierSplitRate() float64 {
 }
 
 // TierHeadroomPoints returns TierHeadroom in hit-rate points (percent of
-// the prompt tokens, as HitRate): the most a tier-aware router could add
-// to the hit rate of a tier-blind one that routes as well by prefix
-// length, in this run's pod states.
+// the prompt tokens, as HitRate): what a perfect tier-aware choice adds,
+// decision by decision in this run's pod states, to a perfect tier-blind
+// one breaking its ties at random (a worse tie-break loses more; later
+// effects on the caches are not followed).
 func (r RunResult) TierHeadroomPoints() float64 {
 	if r.PromptTokens == 0 {
 		return 0

@@ -102,19 +102,26 @@ func TestEtcdChild(t *testing.T) {
 	if err != nil || len(got.Kvs) != 1 || string(got.Kvs[0].Value) != "v" {
 		t.Fatalf("get = %v, %v; want k=v", got, err)
 	}
+	// Every thread of the child, not only its first.
 	pid := n.child.cmd.Process.Pid
-	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		t.Fatalf("reading the child's status: %v", err)
+	tasks, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	if err != nil || len(tasks) < 2 {
+		t.Fatalf("listing the child's threads: %d, %v", len(tasks), err)
 	}
 	want := "Cpus_allowed_list:\t" + strconv.Itoa(cpus[len(cpus)-1]) + "\n"
-	if !strings.Contains(string(status), want) {
-		t.Errorf("child %d's status lacks %q:\n%s", pid, want, status)
+	for _, task := range tasks {
+		status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/status")
+		if err != nil {
+			continue // the thread ended
+		}
+		if !strings.Contains(string(status), want) {
+			t.Errorf("child %d thread %s's status lacks %q:\n%s", pid, task.Name(), want, status)
+		}
 	}
 	n.close()
 	closed = true
-	if n.child.cmd.ProcessState == nil || !n.child.cmd.ProcessState.Exited() {
-		t.Errorf("child %d still running after close (state %v)", pid, n.child.cmd.ProcessState)
+	if st := n.child.cmd.ProcessState; st == nil || !st.Exited() || st.ExitCode() != 0 {
+		t.Errorf("child %d after close: state %v, want exited with status 0", pid, st)
 	}
 	if _, err := os.Stat(n.dir); !os.IsNotExist(err) {
 		t.Errorf("the child's data directory %s is still there (%v)", n.dir, err)

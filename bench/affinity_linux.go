@@ -79,8 +79,8 @@ func splitCPUs(etcd []int) ([]int, error) {
 		seen[c] = true
 	}
 	var rest []int
-	for c := range len(mask) * 64 {
-		if mask.IsSet(c) && !seen[c] {
+	for _, c := range cpusOf(&mask) {
+		if !seen[c] {
 			rest = append(rest, c)
 		}
 	}
@@ -88,6 +88,17 @@ func splitCPUs(etcd []int) ([]int, error) {
 		return nil, fmt.Errorf("bench: etcd CPUs %v leave no CPU for the broker and the ingesters", etcd)
 	}
 	return rest, nil
+}
+
+// cpusOf lists the CPUs set in mask, in order.
+func cpusOf(mask *unix.CPUSet) []int {
+	var out []int
+	for c := range len(mask) * 64 {
+		if mask.IsSet(c) {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // childProcAttr puts an etcd child in a process group of its own, so a

@@ -21,13 +21,7 @@ func maskCPUs(t *testing.T) []int {
 	if err := unix.SchedGetaffinity(0, &mask); err != nil {
 		t.Fatalf("SchedGetaffinity: %v", err)
 	}
-	var out []int
-	for c := range len(mask) * 64 {
-		if mask.IsSet(c) {
-			out = append(out, c)
-		}
-	}
-	return out
+	return cpusOf(&mask)
 }
 
 func TestSplitCPUs(t *testing.T) {

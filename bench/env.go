@@ -162,39 +162,39 @@ func startEtcd(ctx context.Context, log *slog.Logger, opts etcdOptions) (*etcdNo
 	if err != nil {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
+	n := &etcdNode{dir: dir, log: log}
 	if len(opts.cpus) > 0 {
-		child, endpoints, err := startEtcdChild(ctx, log, dir, opts)
-		if err != nil {
+		if n.child, n.endpoints, err = startEtcdChild(ctx, log, dir, opts); err != nil {
 			os.RemoveAll(dir)
 			return nil, err
 		}
-		n := &etcdNode{child: child, endpoints: endpoints, dir: dir, log: log}
-		if n.cli, err = n.client(); err != nil {
-			n.close()
-			return nil, err
+	} else {
+		// etcdembed.Start picks again when a free port it picked is taken
+		// before etcd listens on it.
+		if n.srv, err = etcdembed.Start(ctx, embedConfig(dir, opts.noFsync, opts.quota, log)); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("bench: starting etcd: %w", err)
 		}
-		return n, nil
+		n.endpoints = n.srv.Endpoints()
 	}
-	cfg := etcdembed.Config{
-		DataDir:           filepath.Join(dir, "etcd"),
-		ClientAddr:        "127.0.0.1:0",
-		UnsafeNoFsync:     opts.noFsync,
-		QuotaBackendBytes: opts.quota,
-		Logger:            log,
-	}
-	// etcdembed.Start picks again when a free port it picked is taken
-	// before etcd listens on it.
-	srv, err := etcdembed.Start(ctx, cfg)
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("bench: starting etcd: %w", err)
-	}
-	n := &etcdNode{srv: srv, endpoints: srv.Endpoints(), dir: dir, log: log}
 	if n.cli, err = n.client(); err != nil {
 		n.close()
 		return nil, err
 	}
 	return n, nil
+}
+
+// embedConfig is the embedded etcd of a benchmark, in this process or a
+// child: its data under dir, a free loopback client port, fsync and the
+// backend quota as given (quota 0: etcdembed's default).
+func embedConfig(dir string, noFsync bool, quota int64, log *slog.Logger) etcdembed.Config {
+	return etcdembed.Config{
+		DataDir:           filepath.Join(dir, "etcd"),
+		ClientAddr:        "127.0.0.1:0",
+		UnsafeNoFsync:     noFsync,
+		QuotaBackendBytes: quota,
+		Logger:            log,
+	}
 }
 
 // client dials a new client (each component gets its own, as separate

@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -84,13 +83,7 @@ func runEtcdNode(raw string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	srv, err := etcdembed.Start(ctx, etcdembed.Config{
-		DataDir:           filepath.Join(spec.Dir, "etcd"),
-		ClientAddr:        "127.0.0.1:0",
-		UnsafeNoFsync:     spec.NoFsync,
-		QuotaBackendBytes: spec.Quota,
-		Logger:            logging.Discard(),
-	})
+	srv, err := etcdembed.Start(ctx, embedConfig(spec.Dir, spec.NoFsync, spec.Quota, logging.Discard()))
 	if err != nil {
 		return fmt.Errorf("starting etcd: %w", err)
 	}

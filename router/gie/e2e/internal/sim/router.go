@@ -286,51 +286,73 @@ func (r *routers) close() {
 	}
 }
 
-// oracle routes to the allowed pod with the most cached prefix value:
-// GPU blocks count 1, blocks found only on the CPU tier CPUHitWeight; ties
-// go to a random one of the tied pods (as GIE's max-score picker breaks
-// ties). It returns the pod's index and the blocks it holds.
-func oracle(pods []*Pod, allowed []bool, keys []uint64, rng *rand.Rand) (int, int) {
+// podMatch is one pod's prefix of a request in the pod's true state (Pod.Match):
+// its leading blocks on GPU and, after them, only on the CPU tier; ok is
+// false for a pod the load cap excluded.
+type podMatch struct {
+	gpu, cpu int
+	ok       bool
+}
+
+// value is the match's hit value: GPU blocks count 1, CPU-tier ones
+// CPUHitWeight.
+func (m podMatch) value() float64 { return float64(m.gpu) + CPUHitWeight*float64(m.cpu) }
+
+// matchPods matches keys against every allowed pod, once per request for
+// both the oracle and tierHeadroom.
+func matchPods(pods []*Pod, allowed []bool, keys []uint64) []podMatch {
+	out := make([]podMatch, len(pods))
+	for i, p := range pods {
+		if allowed[i] {
+			out[i].gpu, out[i].cpu = p.Match(keys)
+			out[i].ok = true
+		}
+	}
+	return out
+}
+
+// oracle routes to the allowed pod with the most cached prefix value
+// (podMatch.value); ties go to a random one of the tied pods (as GIE's
+// max-score picker breaks ties). It returns the pod's index and the
+// blocks it holds.
+func oracle(matches []podMatch, rng *rand.Rand) (int, int) {
 	best, bestN, held := -1.0, 0, 0
 	pick := -1
-	for i, p := range pods {
-		if !allowed[i] {
+	for i, m := range matches {
+		if !m.ok {
 			continue
 		}
-		g, c := p.Match(keys)
-		v := float64(g) + CPUHitWeight*float64(c)
-		switch {
+		switch v := m.value(); {
 		case v > best:
-			best, bestN, pick, held = v, 1, i, g+c
+			best, bestN, pick, held = v, 1, i, m.gpu+m.cpu
 		case v == best:
 			bestN++
 			if rng.IntN(bestN) == 0 {
-				pick, held = i, g+c
+				pick, held = i, m.gpu+m.cpu
 			}
 		}
 	}
 	return pick, held
 }
 
-// tierHeadroom is, in blocks of hit value (GPU blocks 1, CPU-tier ones
-// CPUHitWeight), what a perfect tier-aware choice among the allowed pods
-// gains over a perfect tier-blind one in their true states: the best
-// pod's value less the mean value of the pods holding the longest prefix
-// on any tier (a tier-blind router cannot tell them apart, and breaks
-// their tie at random). It is 0 when no pod holds a block of the prompt,
-// or when the longest holders are also the best ones, as they are
-// whenever no holder has a block on the CPU tier only.
-func tierHeadroom(pods []*Pod, allowed []bool, keys []uint64) float64 {
+// tierHeadroom is, in blocks of hit value (podMatch.value), what a
+// perfect tier-aware choice among the allowed pods gains over a perfect
+// tier-blind one in their true states: the best pod's value less the mean
+// value of the pods holding the longest prefix on any tier (a tier-blind
+// router cannot tell them apart, and breaks their tie at random). It is 0
+// when no pod holds a block of the prompt, or when the longest holders
+// are also the best ones, as they are whenever no holder has a block on
+// the CPU tier only.
+func tierHeadroom(matches []podMatch) float64 {
 	bestAny, bestValue := 0, 0.0
 	blindSum, blind := 0.0, 0
-	for i, p := range pods {
-		if !allowed[i] {
+	for _, m := range matches {
+		if !m.ok {
 			continue
 		}
-		g, c := p.Match(keys)
-		v := float64(g) + CPUHitWeight*float64(c)
+		v := m.value()
 		bestValue = max(bestValue, v)
-		switch n := g + c; {
+		switch n := m.gpu + m.cpu; {
 		case n > bestAny:
 			bestAny, blindSum, blind = n, v, 1
 		case n == bestAny && n > 0:

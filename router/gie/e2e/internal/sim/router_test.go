@@ -20,10 +20,10 @@ func TestOracle(t *testing.T) {
 	cold := NewPod(10, 10, 3)
 	rng := rand.New(rand.NewPCG(1, 1))
 	pods := []*Pod{cold, short, gpuHolder}
-	if p, held := oracle(pods, []bool{true, true, true}, k, rng); p != 2 || held != 4 {
+	if p, held := oracle(matchPods(pods, []bool{true, true, true}, k), rng); p != 2 || held != 4 {
 		t.Errorf("oracle chose pod %d (%d blocks), want the longest holder 2 (4)", p, held)
 	}
-	if p, held := oracle(pods, []bool{true, true, false}, k, rng); p != 1 || held != 2 {
+	if p, held := oracle(matchPods(pods, []bool{true, true, false}, k), rng); p != 1 || held != 2 {
 		t.Errorf("with the holder capped: pod %d (%d blocks), want 1 (2)", p, held)
 	}
 	// CPU blocks count CPUHitWeight: 3 on CPU after 1 on GPU (1+2.4)
@@ -38,16 +38,16 @@ func TestOracle(t *testing.T) {
 	three := NewPod(10, 10, 5)
 	k3, ids3 := req(1, 2, 3)
 	three.Serve(k3, ids3)
-	if p, _ := oracle([]*Pod{cpuHolder, three}, []bool{true, true}, k, rng); p != 0 {
+	if p, _ := oracle(matchPods([]*Pod{cpuHolder, three}, []bool{true, true}, k), rng); p != 0 {
 		t.Errorf("1 GPU + 3 CPU (3.4) vs 3 GPU: chose pod %d, want 0", p)
 	}
-	if p, _ := oracle([]*Pod{cpuHolder, gpuHolder}, []bool{true, true}, k, rng); p != 1 {
+	if p, _ := oracle(matchPods([]*Pod{cpuHolder, gpuHolder}, []bool{true, true}, k), rng); p != 1 {
 		t.Errorf("1 GPU + 3 CPU vs 4 GPU: chose pod %d, want 1", p)
 	}
 	// Ties go to every tied pod some of the time.
 	seen := map[int]bool{}
 	for range 200 {
-		p, _ := oracle([]*Pod{cold, NewPod(10, 0, 9), cold}, []bool{true, true, true}, k, rng)
+		p, _ := oracle(matchPods([]*Pod{cold, NewPod(10, 0, 9), cold}, []bool{true, true, true}, k), rng)
 		seen[p] = true
 	}
 	if len(seen) != 3 {
@@ -86,7 +86,7 @@ func TestTierHeadroom(t *testing.T) {
 		{"shorter GPU holder worth less", []*Pod{cpuHolder, three}, []bool{true, true}, k, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tierHeadroom(tc.pods, tc.allowed, tc.keys)
+			got := tierHeadroom(matchPods(tc.pods, tc.allowed, tc.keys))
 			if diff := got - tc.want; diff > 1e-9 || diff < -1e-9 {
 				t.Errorf("tierHeadroom = %v, want %v", got, tc.want)
 			}
@@ -108,7 +108,7 @@ func TestTierHeadroom(t *testing.T) {
 	six := NewPod(10, 10, 7)
 	k6, ids6 := req(1, 2, 3, 4, 5, 6)
 	six.Serve(k6, ids6)
-	if got, want := tierHeadroom([]*Pod{mostlyCPU, six}, []bool{true, true}, k7), 6-value; got < want-1e-9 || got > want+1e-9 {
+	if got, want := tierHeadroom(matchPods([]*Pod{mostlyCPU, six}, []bool{true, true}, k7)), 6-value; got < want-1e-9 || got > want+1e-9 {
 		t.Errorf("shorter GPU holder worth more: tierHeadroom = %v, want %v", got, want)
 	}
 }

@@ -534,10 +534,12 @@ func runOne(ctx, pubCtx context.Context, c Config, reqs []Request, spec RunSpec,
 				return res, fmt.Errorf("the router chose %q, not a pod of the pool", ep)
 			}
 			pod, believed = p, b
-		} else {
-			pod, believed = oracle(pods, allowed, r.Keys, rng)
 		}
-		if room := tierHeadroom(pods, allowed, r.Keys); room > 0 {
+		matches := matchPods(pods, allowed, r.Keys)
+		if rt == nil {
+			pod, believed = oracle(matches, rng)
+		}
+		if room := tierHeadroom(matches); room > 0 {
 			res.TierSplits++
 			res.TierHeadroom += room * BlockTokens
 		}

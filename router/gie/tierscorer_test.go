@@ -105,6 +105,9 @@ func TestTierScorerFollowsTheCostModel(t *testing.T) {
 		{"longer_cpu_prefix_that_saves_more_wins", [][]Tier{tiers(7, 0), tiers(0, 10)}, []float64{7.0 * 10 / 8 / 12, 10.0 / 12}, 1},
 		// 6 GPU + 4 CPU save 9.2 against 9: x 10/9.2.
 		{"gpu_head_and_cpu_tail", [][]Tier{tiers(9, 0), tiers(6, 4)}, []float64{9.0 * 10 / 9.2 / 12, 10.0 / 12}, 1},
+		// Two longest holders, one of them on CPU, beside a shorter GPU
+		// holder: 10, 8 and 5 saved; the longest is 10: x 1.
+		{"a_tie_of_length_split_by_tier", [][]Tier{tiers(10, 0), tiers(0, 10), tiers(5, 0)}, []float64{10.0 / 12, 8.0 / 12, 5.0 / 12}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, pfx := scoreBoth(t, tc.holders)
@@ -155,6 +158,25 @@ func TestTierScorerNilTierMatch(t *testing.T) {
 	got := newTierScorer(t, DefaultTierWeights()).Score(t.Context(), nil, &framework.LLMRequest{}, eps)
 	if diff := cmp.Diff([]float64{0, 4.0 / 12}, []float64{got[eps[0]], got[eps[1]]}); diff != "" {
 		t.Errorf("scores (-want +got):\n%s", diff)
+	}
+}
+
+// TestTierScorerZeroWeights: with the CPU weight 0, CPU blocks save
+// nothing, so CPU-only holders score as holders of nothing, and a GPU
+// holder beats longer CPU ones at the longest match's score.
+func TestTierScorerZeroWeights(t *testing.T) {
+	eps := podEndpoints(3)
+	eps[0].Put(TierMatchKey, &TierMatch{CPU: 6, Total: 12})
+	eps[1].Put(TierMatchKey, &TierMatch{CPU: 3, Total: 12})
+	s := newTierScorer(t, TierWeights{GPU: 1, CPU: 0, Disk: 0})
+	got := s.Score(t.Context(), nil, &framework.LLMRequest{}, eps[:2])
+	if diff := cmp.Diff([]float64{0, 0}, []float64{got[eps[0]], got[eps[1]]}); diff != "" {
+		t.Errorf("CPU-only holders (-want +got):\n%s", diff)
+	}
+	eps[2].Put(TierMatchKey, &TierMatch{GPU: 2, Total: 12})
+	got = s.Score(t.Context(), nil, &framework.LLMRequest{}, eps)
+	if diff := cmp.Diff([]float64{0, 0, 6.0 / 12}, []float64{got[eps[0]], got[eps[1]], got[eps[2]]}); diff != "" {
+		t.Errorf("with a GPU holder (-want +got):\n%s", diff)
 	}
 }
 

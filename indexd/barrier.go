@@ -93,8 +93,10 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 func (s *Server) acquireWaiter() error {
 	if n := s.waiters.Add(1); n > int64(s.cfg.MaxBarrierWaiters) {
 		s.waiters.Add(-1)
-		return fmt.Errorf("%w: %d Lookups already wait on a barrier, the limit is %d (--max-barrier-waiters); retry later",
-			ErrTooManyWaiters, n-1, s.cfg.MaxBarrierWaiters)
+		// n counts the other callers refused at this moment too, so the
+		// message gives the limit, not n.
+		return fmt.Errorf("%w: the limit is %d (--max-barrier-waiters), and every slot is taken; retry later",
+			ErrTooManyWaiters, s.cfg.MaxBarrierWaiters)
 	}
 	s.m.barrierWaiters.Inc()
 	return nil

@@ -67,6 +67,12 @@ its own sequence tracking, and its gaps are replayed from
 --replay are the dial mode's.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
+				return err
+			}
+			if err := common.CheckNonNegative(cmd.Flags(), "grace-period"); err != nil {
+				return err
+			}
 			f.dialFlags = cmd.Flags().Changed("zmq") || cmd.Flags().Changed("replay")
 			return f.run(cmd.Context(), cmd.ErrOrStderr())
 		},
@@ -100,6 +106,14 @@ its own sequence tracking, and its gaps are replayed from
 	fs.IntVar(&f.cfg.MaxRecordBytes, "max-record-bytes", f.cfg.MaxRecordBytes, "largest batch produced; larger ones are skipped and replaced by a resync (keep below the topic's max.message.bytes)")
 	fs.IntVar(&f.cfg.MaxMessageBytes, "max-message-bytes", f.cfg.MaxMessageBytes, "largest ZMQ message read from the engine")
 	return cmd
+}
+
+// positiveFlags are the bridge's numeric flags whose zero or negative
+// value bridge.Config.Validate refuses, refused first so that the error
+// names the flag (the bind mode's among them, whichever mode runs).
+var positiveFlags = []string{
+	"max-pods", "max-connections", "pod-queue-size", "pod-idle-timeout", "heartbeat-interval", "flush-timeout",
+	"max-buffered-records", "max-buffered-bytes", "max-record-bytes", "max-message-bytes",
 }
 
 // run runs the bridge, logging to stderr (the command's ErrOrStderr, so an

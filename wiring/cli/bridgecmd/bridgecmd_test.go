@@ -34,6 +34,9 @@ func TestBadFlags(t *testing.T) {
 		{"bind_with_zmq", []string{"--zmq-bind", "tcp://*:5557", "--zmq", "tcp://e:5557"}, "dial mode"},
 		{"bind_bad_pattern", []string{"--listen", "tcp://*:5557", "--topic-pattern", "kv@{model}"}, "{pod}"},
 		{"bind_bad_replay_pattern", []string{"--zmq-bind", "tcp://*:5557", "--replay-pattern", "tcp://{host}"}, "ReplayPattern"},
+		{"zero_max_connections", []string{"--zmq-bind", "tcp://*:5557", "--max-connections", "0"}, "--max-connections must be positive, got 0"},
+		{"zero_heartbeat", []string{"--pod", "p", "--model", "m", "--heartbeat-interval", "0s"}, "--heartbeat-interval must be positive, got 0s"},
+		{"negative_grace", []string{"--pod", "p", "--model", "m", "--grace-period", "-1s"}, "--grace-period must be zero or positive, got -1s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()

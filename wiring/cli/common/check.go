@@ -16,28 +16,40 @@ import (
 // reads int, uint and duration flags of any width; a name fs lacks, or of
 // another type, is an error too (a programming mistake, caught by tests).
 func CheckPositive(fs *pflag.FlagSet, names ...string) error {
+	return checkSign(fs, "positive", func(n int64) bool { return n > 0 }, names)
+}
+
+// CheckNonNegative is CheckPositive for flags whose zero is documented
+// (a default or "off"): it names the first of them with a negative value.
+func CheckNonNegative(fs *pflag.FlagSet, names ...string) error {
+	return checkSign(fs, "zero or positive", func(n int64) bool { return n >= 0 }, names)
+}
+
+// checkSign returns an error naming the first flag of names whose value
+// ok refuses (an unsigned flag is refused only at zero, by CheckPositive).
+func checkSign(fs *pflag.FlagSet, want string, ok func(int64) bool, names []string) error {
 	for _, name := range names {
 		f := fs.Lookup(name)
 		if f == nil {
-			return fmt.Errorf("CheckPositive: no flag --%s", name)
+			return fmt.Errorf("checking flags: no flag --%s", name)
 		}
 		v := f.Value.String()
-		var positive bool
+		var good bool
 		switch f.Value.Type() {
 		case "int", "int8", "int16", "int32", "int64":
 			n, err := strconv.ParseInt(v, 10, 64)
-			positive = err == nil && n > 0
+			good = err == nil && ok(n)
 		case "uint", "uint8", "uint16", "uint32", "uint64":
 			n, err := strconv.ParseUint(v, 10, 64)
-			positive = err == nil && n > 0
+			good = err == nil && (n > 0 || ok(0))
 		case "duration":
 			d, err := time.ParseDuration(v)
-			positive = err == nil && d > 0
+			good = err == nil && ok(int64(d))
 		default:
-			return fmt.Errorf("CheckPositive: --%s is a %s flag", name, f.Value.Type())
+			return fmt.Errorf("checking flags: --%s is a %s flag", name, f.Value.Type())
 		}
-		if !positive {
-			return fmt.Errorf("--%s must be positive, got %s", name, v)
+		if !good {
+			return fmt.Errorf("--%s must be %s, got %s", name, want, v)
 		}
 	}
 	return nil

@@ -48,6 +48,35 @@ func TestCheckPositive(t *testing.T) {
 	}
 }
 
+// TestCheckNonNegative: zero passes (a documented default), a negative
+// value is refused naming the flag.
+func TestCheckNonNegative(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		wantErr string
+	}{
+		{name: "zeros", args: []string{"--n=0", "--d=0", "--u=0"}},
+		{name: "positive_values", args: []string{"--n=3", "--d=1ms", "--u=2"}},
+		{name: "negative_int", args: []string{"--n=-1"}, wantErr: "--n must be zero or positive, got -1"},
+		{name: "negative_duration", args: []string{"--d=-1ms"}, wantErr: "--d must be zero or positive, got -1ms"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+			fs.Int("n", 1, "")
+			fs.Duration("d", time.Second, "")
+			fs.Uint("u", 1, "")
+			if err := fs.Parse(tc.args); err != nil {
+				t.Fatal(err)
+			}
+			err := CheckNonNegative(fs, "n", "d", "u")
+			if (err == nil) != (tc.wantErr == "") || (err != nil && err.Error() != tc.wantErr) {
+				t.Fatalf("CheckNonNegative = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestValidateTopic(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

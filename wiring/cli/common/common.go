@@ -8,6 +8,7 @@ package common
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -81,7 +82,7 @@ type Etcd struct {
 func (e *Etcd) Register(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&e.Endpoints, "etcd-endpoints", []string{contract.DefaultEtcdEndpoint}, "etcd client URLs, comma separated")
 	fs.StringVar(&e.Prefix, "etcd-prefix", keyspace.DefaultPrefix, "prefix of every kvindex key in etcd (must end in '/')")
-	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down)")
+	fs.DurationVar(&e.DialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of each attempt to connect to etcd (the roles keep retrying while etcd is down; inspect and migrate give up after one read fails to answer within it)")
 	fs.StringVar(&e.CACert, "etcd-cacert", "", "PEM CA bundle that verifies etcd's server certificate (TLS)")
 	fs.StringVar(&e.Cert, "etcd-cert", "", "PEM client certificate for etcd (needs --etcd-key)")
 	fs.StringVar(&e.Key, "etcd-key", "", "PEM client key for etcd (needs --etcd-cert)")
@@ -159,6 +160,17 @@ func (e *Etcd) tlsConfig() (*tls.Config, error) {
 	if (e.Cert == "") != (e.Key == "") {
 		return nil, fmt.Errorf("--etcd-cert and --etcd-key go together")
 	}
+	if e.CACert != "" {
+		// etcd's TLSInfo takes a file with no certificate in it and
+		// then fails every handshake; refuse it here, naming the flag.
+		pem, err := os.ReadFile(e.CACert)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cacert: %w", err)
+		}
+		if !x509.NewCertPool().AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cacert: %s holds no PEM certificate", e.CACert)
+		}
+	}
 	info := transport.TLSInfo{TrustedCAFile: e.CACert, CertFile: e.Cert, KeyFile: e.Key}
 	cfg, err := info.ClientConfig()
 	if err != nil {
@@ -206,6 +218,25 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 		return nil, fmt.Errorf("connecting to etcd %v (--etcd-endpoints): %w", e.RedactedEndpoints(), err)
 	}
 	return cli, nil
+}
+
+// Reach reads one key of cli (count only, serializable) within
+// --etcd-dial-timeout, so that a one-shot command (inspect, migrate)
+// fails within seconds, naming the endpoints, when etcd cannot be
+// reached or refuses its credentials, instead of retrying until its own
+// deadline. The roles do not call it: they keep retrying while etcd is
+// down. It returns ctx's error when ctx ends first.
+func (e *Etcd) Reach(ctx context.Context, cli *clientv3.Client) error {
+	rctx, cancel := context.WithTimeout(ctx, e.DialTimeout)
+	defer cancel()
+	_, err := cli.Get(rctx, e.Prefix, clientv3.WithCountOnly(), clientv3.WithSerializable())
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return fmt.Errorf("etcd %v did not answer a read within %v (--etcd-dial-timeout): %w", e.RedactedEndpoints(), e.DialTimeout, err)
 }
 
 // Ops holds --metrics-listen and --pprof: the role's ops HTTP server.

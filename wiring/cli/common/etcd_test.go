@@ -49,6 +49,24 @@ func TestEtcdClientRefusesBeforeDialling(t *testing.T) {
 	}
 }
 
+// TestEtcdCACertWithoutPEM: a --etcd-cacert file that holds no
+// certificate is refused before dialling, naming the flag (etcd's own
+// TLS loader would take it and fail every handshake).
+func TestEtcdCACertWithoutPEM(t *testing.T) {
+	ca := filepath.Join(t.TempDir(), "ca.pem")
+	if err := os.WriteFile(ca, []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	e := Etcd{Endpoints: []string{"https://127.0.0.1:1"}, CACert: ca, DialTimeout: time.Second}
+	if _, err := e.Client(context.Background(), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--etcd-cacert: "+ca+" holds no PEM certificate") {
+		t.Fatalf("Client = %v, want --etcd-cacert refused", err)
+	}
+	e.CACert = filepath.Join(t.TempDir(), "missing.pem")
+	if _, err := e.Client(context.Background(), slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--etcd-cacert:") {
+		t.Fatalf("Client = %v, want a missing --etcd-cacert refused", err)
+	}
+}
+
 func TestEtcdPasswordFile(t *testing.T) {
 	dir := t.TempDir()
 	write := func(name, content string) string {

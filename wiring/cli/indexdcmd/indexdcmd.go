@@ -91,7 +91,7 @@ func (f *indexdFlags) register(fs *pflag.FlagSet) {
 // run is the command's RunE: indexd and its ops server until the
 // command's context ends.
 func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
-	if err := common.CheckPositive(cmd.Flags(), positiveFlags...); err != nil {
+	if err := common.CheckPositive(cmd.Flags(), append(positiveFlags, ConnectionFlags...)...); err != nil {
 		return err
 	}
 	log, err := f.logFlags.LoggerTo(cmd.ErrOrStderr())
@@ -158,6 +158,11 @@ var positiveFlags = []string{
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
 	"progress-interval", "stale-log-after", "max-inflight-blocks",
+}
+
+// ConnectionFlags are the flags RegisterConnectionFlags adds, all of
+// which must be positive (common.CheckPositive).
+var ConnectionFlags = []string{
 	"max-connections", "health-max-connections", "handshake-timeout", "max-connection-idle",
 	"max-connection-age", "max-connection-age-grace", "keepalive-min-time", "keepalive-time", "keepalive-timeout",
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
+	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/tier"
 	"github.com/kvindex/kvindex/wiring/cli/common"
@@ -48,7 +50,12 @@ KV-event topic, claims each in etcd (owners/), and writes every record's
 effect in fenced, bounded transactions that carry the partition's offset
 (offsets/). Run as many as the topic has partitions; they share the work.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return run(cmd.Context(), &f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkFlags(cmd.Flags()); err != nil {
+				return err
+			}
+			return run(cmd.Context(), &f)
+		},
 	}
 	fs := cmd.Flags()
 	f.log.Register(fs)
@@ -81,6 +88,35 @@ effect in fenced, bounded transactions that carry the partition's offset
 	fs.StringArrayVar(&f.mediums, "medium", nil, "NAME=gpu|cpu|disk|none: map the engine medium NAME (matched case-insensitively) to a tier, or with none take it out of the default table; repeatable. Changing the table drops each endpoint written under the old one at its next record")
 	f.ops.Register(fs)
 	return cmd
+}
+
+// positiveFlags are the ingester's flags whose zero or negative value
+// ingester.Config.Validate refuses; nonNegativeFlags are those whose zero
+// is documented (a default, or off). checkFlags refuses them first, so
+// the error names the flag, not the Config field.
+var (
+	positiveFlags = []string{
+		"lease-ttl", "liveness-window", "session-timeout", "rebalance-timeout", "max-txn-ops", "max-txn-bytes",
+		"window-records", "window-ops", "queue-bytes", "keys-per-lease", "chunk-size", "max-map-entries",
+		"map-rebuild-page-bytes", "etcd-dial-timeout",
+	}
+	nonNegativeFlags = []string{"outage-threshold", "outage-grace", "window-linger", "fetch-max-wait", "chunk-open-at", "chunk-merge-below"}
+)
+
+// checkFlags refuses the numeric flags' values the Config would refuse
+// for their sign, and a --chunk-size past keyspace.MaxChunkEntries,
+// naming the flag.
+func checkFlags(fs *pflag.FlagSet) error {
+	if err := common.CheckPositive(fs, positiveFlags...); err != nil {
+		return err
+	}
+	if err := common.CheckNonNegative(fs, nonNegativeFlags...); err != nil {
+		return err
+	}
+	if n, _ := fs.GetInt("chunk-size"); n > keyspace.MaxChunkEntries {
+		return fmt.Errorf("--chunk-size %d: want at most %d", n, keyspace.MaxChunkEntries)
+	}
+	return nil
 }
 
 func run(ctx context.Context, f *flags) error {

@@ -68,6 +68,29 @@ func TestIngesterCommandRefusesBadTopic(t *testing.T) {
 	}
 }
 
+// TestIngesterCommandNamesTheFlag: a numeric flag's bad value is refused
+// naming the flag (not ingester.Config's field), before anything dials.
+func TestIngesterCommandNamesTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--chunk-size", "0"}, "--chunk-size must be positive, got 0"},
+		{[]string{"--chunk-size", "257"}, "--chunk-size 257: want at most 256"},
+		{[]string{"--liveness-window", "0s"}, "--liveness-window must be positive, got 0s"},
+		{[]string{"--window-ops", "-1"}, "--window-ops must be positive, got -1"},
+		{[]string{"--window-linger", "-1ms"}, "--window-linger must be zero or positive, got -1ms"},
+		{[]string{"--chunk-merge-below", "-2"}, "--chunk-merge-below must be zero or positive, got -2"},
+	} {
+		cmd := NewCommand()
+		cmd.SetArgs(append(tc.args, "--metrics-listen", "127.0.0.1:0"))
+		err := cmd.ExecuteContext(context.Background())
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%v: error = %v, want %q", tc.args, err, tc.want)
+		}
+	}
+}
+
 func TestMediumTable(t *testing.T) {
 	def := events.DefaultMediums()
 	tests := []struct {

@@ -78,7 +78,17 @@ indexd ListEndpoints (--model: the cells routers read that model from)
 and says each endpoint's cell; the --tls-* flags are indexd's. blocks,
 chunks and models read chunk keys, which only a cell's etcd has: run them
 per cell with that cell's --etcd-endpoints.`,
-		Args: cobra.NoArgs,
+		// Runnable, so that an unknown subcommand is a usage error (exit
+		// code 2) instead of the help and exit code 0.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unknown command %q for %q: want endpoints, blocks, chunks or models", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(*cobra.Command, []string) error {
+			return usagef("inspect needs a subcommand: endpoints, blocks, chunks or models")
+		},
 	}
 	fs := cmd.PersistentFlags()
 	o.log.Register(fs)
@@ -106,7 +116,7 @@ func (o *options) check(cmd *cobra.Command) error {
 	if o.output != "text" && o.output != "json" {
 		return usagef("-o %q: want text or json", o.output)
 	}
-	if err := common.CheckPositive(cmd.Flags(), "page-size", "list-concurrency", "timeout"); err != nil {
+	if err := common.CheckPositive(cmd.Flags(), "page-size", "list-concurrency", "timeout", "etcd-dial-timeout"); err != nil {
 		return usagef("%v", err)
 	}
 	if o.pod != "" && o.model == "" {
@@ -146,6 +156,9 @@ func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanne
 		return err
 	}
 	defer cli.Close()
+	if err := o.etcd.Reach(ctx, cli); err != nil {
+		return err
+	}
 	s := &scanner{kv: cli, ks: ks, page: o.pageSize, concurrency: o.concurrency}
 	if err := s.start(ctx); err != nil {
 		return err

@@ -261,6 +261,20 @@ func TestInspectChunksAndModels(t *testing.T) {
 	}
 }
 
+// TestInspectUnreachableEtcd: with nothing listening at --etcd-endpoints,
+// inspect fails after --etcd-dial-timeout, naming the endpoint, not after
+// --timeout.
+func TestInspectUnreachableEtcd(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SetArgs([]string{"endpoints", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "200ms", "--timeout", "1m", "--log-level", "error"})
+	err := cmd.ExecuteContext(t.Context())
+	if err == nil || !strings.Contains(err.Error(), "127.0.0.1:1") || !strings.Contains(err.Error(), "--etcd-dial-timeout") {
+		t.Fatalf("error = %v, want one naming the endpoint and --etcd-dial-timeout", err)
+	}
+}
+
 func TestInspectUsage(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	for _, tc := range []struct {
@@ -273,6 +287,9 @@ func TestInspectUsage(t *testing.T) {
 		{[]string{"endpoints", "-o", "yaml"}, "want text or json"},
 		{[]string{"chunks", "--chunk-size", "0"}, "--chunk-size must be positive"},
 		{[]string{"models", "--etcd-prefix", "x"}, "--etcd-prefix"},
+		{[]string{"nosuch"}, `unknown command "nosuch"`},
+		{nil, "inspect needs a subcommand"},
+		{[]string{"endpoints", "--etcd-dial-timeout", "0s"}, "--etcd-dial-timeout must be positive"},
 	} {
 		_, err := runErr(t, e, tc.args...)
 		var coded interface{ ExitCode() int }

@@ -16,7 +16,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -313,7 +312,22 @@ func parseTokens(spec string) ([]uint32, error) {
 			}
 		}
 	}
-	fields := strings.FieldsFunc(text, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
+	// Commas separate ids, and so does white space; an empty element
+	// between commas (or a leading or trailing comma) is a mistake, not
+	// a token to skip.
+	var fields []string
+	empty := 0 // the 1-based position of the first empty element
+	parts := strings.Split(text, ",")
+	for _, part := range parts {
+		ids := strings.Fields(part)
+		if len(ids) == 0 && len(parts) > 1 && empty == 0 {
+			empty = len(fields) + 1
+		}
+		fields = append(fields, ids...)
+	}
+	if empty > 0 && len(fields) > 0 {
+		return nil, usagef("--tokens: token %d is empty (two commas in a row, or a comma at an end)", empty)
+	}
 	out := make([]uint32, len(fields))
 	for i, f := range fields {
 		v, err := strconv.ParseUint(f, 10, 32)

@@ -243,6 +243,8 @@ func TestLookupCommandArgs(t *testing.T) {
 		{"bad_token", []string{"--model", model, "--tokens", "1,x"}, `token 2 "x" is not a token id`},
 		{"token_too_big", []string{"--model", model, "--tokens", "4294967296"}, "is not a token id"},
 		{"no_token", []string{"--model", model, "--tokens", " , "}, "holds no token id"},
+		{"empty_token", []string{"--model", model, "--tokens", "1000,,1001"}, "token 2 is empty"},
+		{"trailing_comma", []string{"--model", model, "--tokens", "1000,1001,"}, "token 3 is empty"},
 		{"missing_file", []string{"--model", model, "--tokens", "@" + dir + "/nope"}, "--tokens @"},
 		{"bad_multimodal", []string{"--model", model, "--tokens", "1", "--multimodal", "img:3"}, "want HASH:OFFSET:LENGTH"},
 		{"zero_length_multimodal", []string{"--model", model, "--tokens", "1", "--multimodal", "img:3:0"}, "length of at least 1"},

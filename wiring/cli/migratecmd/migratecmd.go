@@ -62,7 +62,7 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			if output != "text" && output != "json" {
 				return usagef("-o %q: want text or json", output)
 			}
-			if err := common.CheckPositive(cmd.Flags(), "chunk-size", "max-txn-ops", "max-txn-bytes", "page-size"); err != nil {
+			if err := common.CheckPositive(cmd.Flags(), "chunk-size", "max-txn-ops", "max-txn-bytes", "page-size", "etcd-dial-timeout"); err != nil {
 				return usagef("%v", err)
 			}
 			var err error
@@ -83,6 +83,12 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			}
 			defer cli.Close()
 			cfg.Etcd, cfg.Logger = cli, log.With("component", "migrate")
+			if err := cfg.Validate(); err != nil {
+				return usagef("%v", err)
+			}
+			if err := etcdFlags.Reach(ctx, cli); err != nil {
+				return err
+			}
 			rep, err := migrate.Run(ctx, cfg)
 			if errors.Is(err, migrate.ErrInvalidConfig) {
 				return usagef("%v", err)

@@ -104,6 +104,17 @@ func TestMigrateCommandUsage(t *testing.T) {
 	}
 }
 
+// TestMigrateUnreachableEtcd: with nothing listening at --etcd-endpoints,
+// migrate fails after --etcd-dial-timeout, naming the endpoint, instead of
+// retrying until the caller gives up (its context here allows 30 s).
+func TestMigrateUnreachableEtcd(t *testing.T) {
+	_, err := run(t, "--dry-run", "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "200ms")
+	if err == nil || !strings.Contains(err.Error(), "did not answer a read within 200ms (--etcd-dial-timeout)") ||
+		!strings.Contains(err.Error(), "127.0.0.1:1") {
+		t.Fatalf("error = %v, want one naming the endpoint and --etcd-dial-timeout", err)
+	}
+}
+
 func clientPrefix() []clientv3.OpOption {
 	return []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithCountOnly()}
 }

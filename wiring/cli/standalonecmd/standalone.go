@@ -59,7 +59,7 @@ and inspect keys with etcdctl. Data (etcd's and the Kafka log) is kept in
 listener over TLS or mutual TLS, as indexd does.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := common.CheckPositive(cmd.Flags(), "partitions"); err != nil {
+			if err := common.CheckPositive(cmd.Flags(), append([]string{"partitions", "liveness-window"}, indexdcmd.ConnectionFlags...)...); err != nil {
 				return err
 			}
 			if err := common.ValidateTopic(f.topic); err != nil {

@@ -21,6 +21,9 @@ func TestFlagsRefused(t *testing.T) {
 	}{
 		{name: "zero_partitions", args: []string{"--partitions", "0"}, want: "--partitions must be positive, got 0"},
 		{name: "negative_partitions", args: []string{"--partitions", "-5"}, want: "--partitions must be positive, got -5"},
+		{name: "zero_liveness_window", args: []string{"--liveness-window", "0s"}, want: "--liveness-window must be positive, got 0s"},
+		{name: "zero_max_connections", args: []string{"--max-connections", "0"}, want: "--max-connections must be positive, got 0"},
+		{name: "zero_handshake_timeout", args: []string{"--handshake-timeout", "0s"}, want: "--handshake-timeout must be positive, got 0s"},
 		{name: "empty_topic", args: []string{"--topic", ""}, want: "--topic: empty topic name"},
 		{name: "topic_with_space_and_slash", args: []string{"--topic", "bad topic/x"}, want: "--topic: topic name \"bad topic/x\""},
 		{name: "tls_key_without_cert", args: []string{"--tls-key-file", "k.pem"}, want: "--tls-cert-file and --tls-key-file go together"},

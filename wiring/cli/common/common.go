@@ -220,23 +220,25 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 	return cli, nil
 }
 
-// Reach reads one key of cli (count only, serializable) within
+// Reach reads key of cli (count only, serializable) within
 // --etcd-dial-timeout, so that a one-shot command (inspect, migrate)
 // fails within seconds, naming the endpoints, when etcd cannot be
-// reached or refuses its credentials, instead of retrying until its own
-// deadline. The roles do not call it: they keep retrying while etcd is
-// down. It returns ctx's error when ctx ends first.
-func (e *Etcd) Reach(ctx context.Context, cli *clientv3.Client) error {
+// reached or refuses the read (credentials, RBAC), instead of retrying
+// until its own deadline. The roles do not call it: they keep retrying
+// while etcd is down. It returns ctx's error when ctx ends first.
+func (e *Etcd) Reach(ctx context.Context, cli *clientv3.Client, key string) error {
 	rctx, cancel := context.WithTimeout(ctx, e.DialTimeout)
 	defer cancel()
-	_, err := cli.Get(rctx, e.Prefix, clientv3.WithCountOnly(), clientv3.WithSerializable())
+	_, err := cli.Get(rctx, key, clientv3.WithCountOnly(), clientv3.WithSerializable())
 	switch {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case rctx.Err() != nil:
+		return fmt.Errorf("etcd %v did not answer a read within %v (--etcd-dial-timeout): %w", e.RedactedEndpoints(), e.DialTimeout, err)
 	}
-	return fmt.Errorf("etcd %v did not answer a read within %v (--etcd-dial-timeout): %w", e.RedactedEndpoints(), e.DialTimeout, err)
+	return fmt.Errorf("etcd %v refused a read of %q: %w", e.RedactedEndpoints(), key, err)
 }
 
 // Ops holds --metrics-listen and --pprof: the role's ops HTTP server.

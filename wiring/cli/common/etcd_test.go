@@ -135,6 +135,61 @@ func TestEtcdWrongPasswordNotShown(t *testing.T) {
 	}
 }
 
+// TestEtcdReach: Reach passes on a reachable etcd, and tells a read
+// etcd refused (a user without a role on the key) from one it never
+// answered, naming the endpoints either way.
+func TestEtcdReach(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	pw := filepath.Join(t.TempDir(), "pw")
+	if err := os.WriteFile(pw, []byte("reader-password\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []func() error{
+		func() error { _, err := e.Client.UserAdd(ctx, "root", "root-password"); return err },
+		func() error { _, err := e.Client.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := e.Client.UserAdd(ctx, "nobody", "reader-password"); return err },
+		func() error { _, err := e.Client.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	root := filepath.Join(t.TempDir(), "root")
+	if err := os.WriteFile(root, []byte("root-password"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		f       Etcd
+		wantErr string
+	}{
+		{"allowed", Etcd{Endpoints: e.Endpoints, Username: "root", PasswordFile: root}, ""},
+		{"refused", Etcd{Endpoints: e.Endpoints, Username: "nobody", PasswordFile: pw}, "refused a read of \"/kvindex/v2/\""},
+		{"unreachable", Etcd{Endpoints: []string{"http://127.0.0.1:1"}}, "[http://127.0.0.1:1] did not answer a read within 300ms (--etcd-dial-timeout)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Authenticating takes etcd a bcrypt hash, so only the
+			// unreachable case gets the short timeout it names.
+			tc.f.DialTimeout = testutil.Timeout(5 * time.Second)
+			if tc.name == "unreachable" {
+				tc.f.DialTimeout = 300 * time.Millisecond
+			}
+			cli, err := tc.f.Client(ctx, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			err = tc.f.Reach(ctx, cli, "/kvindex/v2/")
+			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Reach = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
 func TestValidateBrokers(t *testing.T) {
 	for _, tc := range []struct {
 		name    string

@@ -156,7 +156,7 @@ func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanne
 		return err
 	}
 	defer cli.Close()
-	if err := o.etcd.Reach(ctx, cli); err != nil {
+	if err := o.etcd.Reach(ctx, cli, ks.Prefix()); err != nil {
 		return err
 	}
 	s := &scanner{kv: cli, ks: ks, page: o.pageSize, concurrency: o.concurrency}

@@ -86,7 +86,7 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			if err := cfg.Validate(); err != nil {
 				return usagef("%v", err)
 			}
-			if err := etcdFlags.Reach(ctx, cli); err != nil {
+			if err := etcdFlags.Reach(ctx, cli, cfg.To.Prefix()); err != nil {
 				return err
 			}
 			rep, err := migrate.Run(ctx, cfg)

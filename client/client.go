@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/kvindex/kvindex/client/internal/target"
 	kvindexv1 "github.com/kvindex/kvindex/proto/kvindex/v1"
 )
 
@@ -329,32 +330,11 @@ func New(target string, opts ...Option) (*Client, error) {
 		staleAfter: o.staleAfter, maxAttempts: o.maxAttempts, now: time.Now}, nil
 }
 
-// checkTarget refuses the targets New cannot mean: empty, an HTTP URL (a
-// common slip for gRPC's host:port), or a comma-separated list with no
-// address or an element that is not host:port. A single target is left
-// to gRPC's own parsing (its forms include a host without a port).
-func checkTarget(target string) error {
-	switch {
-	case target == "":
-		return fmt.Errorf("%w: empty target", ErrInvalidArgument)
-	case strings.HasPrefix(target, "http://"), strings.HasPrefix(target, "https://"):
-		return fmt.Errorf("%w: target %q is a URL; give host:port or dns:///host:port", ErrInvalidArgument, target)
-	case strings.Contains(target, "://") || !strings.Contains(target, ","):
-		return nil
-	}
-	n := 0
-	for _, a := range strings.Split(target, ",") {
-		a = strings.TrimSpace(a)
-		if a == "" {
-			continue
-		}
-		if _, port, err := net.SplitHostPort(a); err != nil || port == "" {
-			return fmt.Errorf("%w: target %q: %q is not host:port", ErrInvalidArgument, target, a)
-		}
-		n++
-	}
-	if n == 0 {
-		return fmt.Errorf("%w: target %q names no address", ErrInvalidArgument, target)
+// checkTarget refuses the targets New cannot mean (target.Check),
+// wrapping ErrInvalidArgument.
+func checkTarget(t string) error {
+	if err := target.Check(t); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
 }
@@ -548,7 +528,11 @@ func (c *Client) send(ctx context.Context, req *kvindexv1.LookupRequest) (*Looku
 		if b.Timeout != nil {
 			wait = b.Timeout.AsDuration()
 		}
-		timeout += wait
+		// Saturate: a huge barrier timeout must not wrap the deadline
+		// into the past (indexd refuses a negative one).
+		if wait > 0 {
+			timeout = min(timeout, math.MaxInt64-wait) + wait
+		}
 	}
 	ctx, cancel := deadline(ctx, timeout)
 	defer cancel()

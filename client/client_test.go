@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"math"
 	"net"
 	"strings"
 	"sync"
@@ -248,6 +249,18 @@ func TestBarrierExtendsTheCallDeadline(t *testing.T) {
 	defer cancel()
 	if _, err := c.Lookup(ctx, "m", []uint64{1}, WithBarrier(2*time.Second, rec)); !errors.Is(err, ErrDeadlineExceeded) {
 		t.Fatalf("the caller's own shorter deadline still bounds a barrier: %v", err)
+	}
+}
+
+// TestHugeBarrierTimeoutWaits: a barrier timeout near the largest
+// duration extends the call's deadline without wrapping it into the past
+// (the call waits for the answer instead of failing at once).
+func TestHugeBarrierTimeoutWaits(t *testing.T) {
+	addr, _ := serve(t, &fakeIndex{name: "p", delay: 200 * time.Millisecond})
+	c := newClient(t, addr, WithTimeout(100*time.Millisecond))
+	rec := PartitionOffset{Topic: "t", Partition: 0, Offset: 1}
+	if _, err := c.Lookup(context.Background(), "m", []uint64{1}, WithBarrier(math.MaxInt64, rec)); err != nil {
+		t.Fatalf("a 200 ms answer inside the largest barrier timeout: %v", err)
 	}
 }
 

@@ -11,7 +11,9 @@ import (
 
 // Sentinel errors. Every error a call returns wraps one of them, so
 // routers write errors.Is(err, client.ErrUnavailable); the *Error carrying
-// the gRPC status is reachable with errors.As.
+// the gRPC status is reachable with errors.As, except for a call on a
+// Client already closed, which never reaches gRPC and returns ErrClosed
+// itself.
 var (
 	// ErrUnavailable: no indexd replica could answer (none reachable, or
 	// none has loaded its first snapshot yet). Already retried.

@@ -47,17 +47,22 @@ type HashExtras struct {
 // ErrInvalidHasher reports a hasher configuration vLLM could not have.
 var ErrInvalidHasher = errors.New("kvindex client: invalid hasher config")
 
+// MaxHasherBlockSize is the largest block size, in tokens, NewHasher
+// takes (engines use 16 to a few hundred); past it a block's hash input
+// would not fit a buffer.
+const MaxHasherBlockSize = 1 << 20
+
 // NewHasher returns the hasher of engines started with PYTHONHASHSEED =
 // pythonHashSeed (exactly the environment string, e.g. "0") and block size
-// blockSize tokens. An empty seed is an error: without PYTHONHASHSEED vLLM
-// seeds its root randomly per process, and nobody can reproduce its
-// hashes.
+// blockSize tokens, 1 to MaxHasherBlockSize. An empty seed is an error:
+// without PYTHONHASHSEED vLLM seeds its root randomly per process, and
+// nobody can reproduce its hashes. Errors wrap ErrInvalidHasher.
 func NewHasher(pythonHashSeed string, blockSize int) (*Hasher, error) {
 	if pythonHashSeed == "" {
 		return nil, fmt.Errorf("%w: PYTHONHASHSEED is required (vLLM's hashes are random without it)", ErrInvalidHasher)
 	}
-	if blockSize <= 0 {
-		return nil, fmt.Errorf("%w: block size %d is not positive", ErrInvalidHasher, blockSize)
+	if blockSize <= 0 || blockSize > MaxHasherBlockSize {
+		return nil, fmt.Errorf("%w: block size %d is not 1 to %d tokens", ErrInvalidHasher, blockSize, MaxHasherBlockSize)
 	}
 	// CBOR's core deterministic encoding (RFC 8949 §4.2.1: shortest heads,
 	// definite lengths) is what Python's cbor2.dumps(..., canonical=True)

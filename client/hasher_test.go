@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -146,5 +147,22 @@ func BenchmarkHasher(b *testing.B) {
 	b.SetBytes(int64(len(tokens) * 4))
 	for b.Loop() {
 		dst = h.AppendBlockHashes(dst[:0], tokens, HashExtras{})
+	}
+}
+
+// TestNewHasherRefusesBadConfig: no seed, a block size that is not
+// positive, and one past MaxHasherBlockSize (whose buffer could not be
+// grown) are refused with ErrInvalidHasher instead of a panic later.
+func TestNewHasherRefusesBadConfig(t *testing.T) {
+	for _, tc := range []struct {
+		seed      string
+		blockSize int
+	}{{"", 16}, {"0", 0}, {"0", -16}, {"0", MaxHasherBlockSize + 1}, {"0", 1 << 50}} {
+		if h, err := NewHasher(tc.seed, tc.blockSize); !errors.Is(err, ErrInvalidHasher) || h != nil {
+			t.Errorf("NewHasher(%q, %d) = %v, %v; want nil and ErrInvalidHasher", tc.seed, tc.blockSize, h, err)
+		}
+	}
+	if _, err := NewHasher("0", MaxHasherBlockSize); err != nil {
+		t.Errorf("NewHasher at MaxHasherBlockSize: %v", err)
 	}
 }

@@ -28,9 +28,9 @@ func (w TierWeights) weight(t Tier) float64 {
 // promptBlocks, the number of full blocks of the prompt (len of the hashes
 // looked up). An endpoint holding the whole prompt on GPU scores 1; one
 // holding nothing is absent from the map (score 0). A non-positive
-// promptBlocks gives an empty map. Scores are clamped to [0, 1], so
-// weights outside [0, 1] or matches longer than promptBlocks cannot push
-// them out of range.
+// promptBlocks gives an empty map. Scores are clamped to [0, 1] (a NaN to
+// 0), so weights outside [0, 1], NaN or infinite ones, or matches longer
+// than promptBlocks cannot push them out of range.
 func Score(matches []Match, promptBlocks int, w TierWeights) map[Endpoint]float64 {
 	out := make(map[Endpoint]float64, len(matches))
 	if promptBlocks <= 0 {
@@ -41,9 +41,17 @@ func Score(matches []Match, promptBlocks int, w TierWeights) map[Endpoint]float6
 		for i := 0; i < m.Blocks && i < len(m.Tiers); i++ {
 			sum += w.weight(m.Tiers[i])
 		}
-		out[m.Endpoint] = min(max(sum/float64(promptBlocks), 0), 1)
+		out[m.Endpoint] = clamp01(sum / float64(promptBlocks))
 	}
 	return out
+}
+
+// clamp01 clamps x to [0, 1], NaN (a NaN or infinite weight) to 0.
+func clamp01(x float64) float64 {
+	if !(x > 0) {
+		return 0
+	}
+	return min(x, 1)
 }
 
 // ScoreTokens is Score for matches of a token Lookup (LookupTokens), whose
@@ -65,7 +73,7 @@ func ScoreTokens(matches []Match, promptTokens int, w TierWeights) map[Endpoint]
 		for i := 0; i < m.Blocks && i < len(m.Tiers); i++ {
 			sum += w.weight(m.Tiers[i])
 		}
-		out[m.Endpoint] = min(max(sum/float64(blocks), 0), 1)
+		out[m.Endpoint] = clamp01(sum / float64(blocks))
 	}
 	return out
 }

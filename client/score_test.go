@@ -1,6 +1,7 @@
 package client
 
 import (
+	"math"
 	"testing"
 
 	gocmp "github.com/google/go-cmp/cmp"
@@ -32,6 +33,9 @@ func TestScore(t *testing.T) {
 		{name: "weights_out_of_range_clamped", blocks: 1, w: TierWeights{GPU: 7, CPU: -3},
 			matches: []Match{{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}}, {Endpoint: b, Blocks: 1, Tiers: []Tier{cpu}}},
 			want:    map[Endpoint]float64{a: 1, b: 0}},
+		{name: "nan_and_infinite_weights_clamped", blocks: 1, w: TierWeights{GPU: math.NaN(), CPU: math.Inf(1), Disk: math.Inf(-1)},
+			matches: []Match{{Endpoint: a, Blocks: 1, Tiers: []Tier{gpu}}, {Endpoint: b, Blocks: 1, Tiers: []Tier{cpu}}, {Endpoint: Endpoint{Pod: "c"}, Blocks: 1, Tiers: []Tier{disk}}},
+			want:    map[Endpoint]float64{a: 0, b: 1, {Pod: "c"}: 0}},
 		{name: "unspecified_tier_weighs_nothing", blocks: 2, w: DefaultTierWeights(),
 			matches: []Match{{Endpoint: a, Blocks: 2, Tiers: []Tier{gpu, TierUnspecified}}},
 			want:    map[Endpoint]float64{a: 0.5}},

@@ -12,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/kvindex/kvindex/client/internal/target"
 )
 
 // MaxFileBytes bounds a cell map file; Load and Watcher refuse a larger
@@ -239,6 +241,8 @@ func Parse(data []byte) (*Map, error) {
 			return nil, p.errAt(at, "cell %q is defined twice", c.Name)
 		case strings.TrimSpace(c.Indexd) == "":
 			return nil, p.errAt(at, "cell %q: indexd (its indexd target) is required", c.Name)
+		case target.Check(c.Indexd) != nil:
+			return nil, p.errAt(at, "cell %q: indexd: %v", c.Name, target.Check(c.Indexd))
 		case strings.TrimSpace(c.Topic) == "" || !utf8.ValidString(c.Topic):
 			return nil, p.errAt(at, "cell %q: topic is required", c.Name)
 		}

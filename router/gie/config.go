@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -157,6 +158,22 @@ func DefaultProducerParams() ProducerParams {
 	return p
 }
 
+// decodeStrict decodes the one JSON value raw holds into v: unknown
+// fields and anything after the value are errors wrapping
+// ErrInvalidConfig (encoding/json's Decoder reads one value and would
+// ignore the rest).
+func decodeStrict(raw json.RawMessage, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: data after the parameters' JSON object", ErrInvalidConfig)
+	}
+	return nil
+}
+
 // ParseProducerParams decodes raw strictly (unknown fields are an error)
 // onto DefaultProducerParams and validates: a field left out keeps its
 // default, a field given keeps its value (an explicit "0s" where zero is
@@ -167,10 +184,8 @@ func ParseProducerParams(raw json.RawMessage) (ProducerParams, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return p, fmt.Errorf("%w: parameters are required (at least target)", ErrInvalidConfig)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return p, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	if err := decodeStrict(raw, &p); err != nil {
+		return p, err
 	}
 	return p, p.Validate()
 }
@@ -256,7 +271,8 @@ func (p ProducerParams) Validate() error {
 	if tt <= 0 || lt <= 0 {
 		return fmt.Errorf("%w: tokenizeTimeout (%v) and lookupTimeout (%v) must be positive", ErrInvalidConfig, tt, lt)
 	}
-	if tt+lt >= PrepareDataBudget {
+	// Each alone first: their sum could wrap past the largest duration.
+	if tt >= PrepareDataBudget || lt >= PrepareDataBudget || tt+lt >= PrepareDataBudget {
 		return fmt.Errorf("%w: tokenizeTimeout (%v) + lookupTimeout (%v) must stay below the director's PrepareData budget (%v)",
 			ErrInvalidConfig, tt, lt, PrepareDataBudget)
 	}
@@ -346,10 +362,8 @@ func ParseTierScorerParams(raw json.RawMessage) (TierWeights, error) {
 		return w, nil
 	}
 	var p TierScorerParams
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return w, fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	if err := decodeStrict(raw, &p); err != nil {
+		return w, err
 	}
 	for _, f := range []struct{ v, dst *float64 }{{p.GPU, &w.GPU}, {p.CPU, &w.CPU}, {p.Disk, &w.Disk}} {
 		if f.v != nil {

@@ -60,6 +60,10 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"bad_duration":      `{"target":"x:1","lookupTimeout":"soon"}`,
 		"number_duration":   `{"target":"x:1","lookupTimeout":100}`,
 		"over_budget":       `{"target":"x:1","tokenizeTimeout":"300ms","lookupTimeout":"100ms"}`,
+		"sum_wraps":         `{"target":"x:1","tokenizeTimeout":"9223372036854775807ns","lookupTimeout":"1ns"}`,
+		"both_huge":         `{"target":"x:1","tokenizeTimeout":"2562047h","lookupTimeout":"2562047h"}`,
+		"trailing_garbage":  `{"target":"x:1"}garbage`,
+		"second_object":     `{"target":"x:1"} {"bogus":1}`,
 		"negative_timeout":  `{"target":"x:1","lookupTimeout":"-1ms"}`,
 		"cert_without_key":  `{"target":"x:1","caFile":"ca","certFile":"c"}`,
 		"cert_without_ca":   `{"target":"x:1","certFile":"c","keyFile":"k"}`,
@@ -106,7 +110,7 @@ func TestParseTierScorerParams(t *testing.T) {
 	if err != nil || w != (TierWeights{GPU: 1, CPU: 0.5, Disk: 0.5}) {
 		t.Fatalf("cpu 0.5 = %+v, %v", w, err)
 	}
-	for _, raw := range []string{`{"cpu":1.5}`, `{"gpu":-1}`, `{"nvme":1}`} {
+	for _, raw := range []string{`{"cpu":1.5}`, `{"gpu":-1}`, `{"nvme":1}`, `{"gpu":1}xyz`} {
 		if _, err := ParseTierScorerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", raw, err)
 		}

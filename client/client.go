@@ -310,15 +310,30 @@ func New(target string, opts ...Option) (*Client, error) {
 	dial = append(dial, o.dialOpts...)
 	if !strings.Contains(target, "://") && strings.Contains(target, ",") {
 		var addrs []resolver.Address
+		hosts := map[string]bool{}
 		for _, a := range strings.Split(target, ",") {
 			if a = strings.TrimSpace(a); a != "" {
 				addrs = append(addrs, resolver.Address{Addr: a})
+				host, _, _ := net.SplitHostPort(a) // checkTarget checked the form
+				hosts[host] = true
+			}
+		}
+		// The channel's authority is what TLS checks the certificate
+		// against when WithTLSServerName is not given: the list's one
+		// host; for hosts that differ there is no default.
+		authority := "indexd"
+		if o.tls.on && o.tls.serverName == "" {
+			if len(hosts) != 1 {
+				return nil, fmt.Errorf("%w: target %q lists different hosts; with TLS give WithTLSServerName (the name on indexd's certificate)", ErrInvalidArgument, target)
+			}
+			for h := range hosts {
+				authority = h
 			}
 		}
 		r := manual.NewBuilderWithScheme(fmt.Sprintf("kvindex-static-%d", staticSeq.Add(1)))
 		r.InitialState(resolver.State{Addresses: addrs})
 		dial = append(dial, grpc.WithResolvers(r))
-		target = r.Scheme() + ":///indexd"
+		target = r.Scheme() + ":///" + authority
 	} else if !strings.Contains(target, "://") {
 		target = "dns:///" + target
 	}

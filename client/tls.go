@@ -50,7 +50,8 @@ func WithTLSCertFiles(certFile, keyFile string) Option {
 // WithTLSServerName turns TLS on and sets the name indexd's certificate
 // must carry (the CLI's --tls-server-name), for a target whose host is
 // not that name (an IP list, a per-pod address). Default: the host of the
-// target.
+// target; for a comma-separated list, its one host (New refuses a list of
+// different hosts with TLS and no server name).
 func WithTLSServerName(name string) Option {
 	return func(o *options) { o.tls.on, o.tls.serverName = true, name }
 }

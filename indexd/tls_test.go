@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,6 +112,37 @@ func TestMutualTLS(t *testing.T) {
 		if _, err := lookup(client.WithTLSCAFile(ca.File), client.WithTLSCertFiles(router.CertFile, router.KeyFile),
 			client.WithTLSServerName("other.kvindex.svc")); !errors.Is(err, client.ErrUnavailable) {
 			t.Fatalf("a server name the certificate lacks: %v, want ErrUnavailable", err)
+		}
+	})
+	t.Run("address_list", func(t *testing.T) {
+		// A list of one host checks the certificate against that host;
+		// a list of different hosts needs the server name.
+		mtls := []client.Option{client.WithTLSCAFile(ca.File), client.WithTLSCertFiles(router.CertFile, router.KeyFile),
+			client.WithTimeout(testutil.Timeout(2 * time.Second)), client.WithMaxAttempts(1)}
+		_, port, _ := net.SplitHostPort(addr)
+		for _, tc := range []struct {
+			target  string
+			opts    []client.Option
+			wantNew error
+		}{
+			{target: addr + "," + addr},
+			{target: addr + ",localhost:" + port, wantNew: client.ErrInvalidArgument},
+			{target: addr + ",localhost:" + port, opts: []client.Option{client.WithTLSServerName("indexd.kvindex.svc")}},
+		} {
+			cl, err := client.New(tc.target, append(slices.Clone(mtls), tc.opts...)...)
+			if tc.wantNew != nil {
+				if !errors.Is(err, tc.wantNew) || !strings.Contains(err.Error(), "WithTLSServerName") {
+					t.Errorf("%s: New = %v, want %v naming WithTLSServerName", tc.target, err, tc.wantNew)
+				}
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cl.Lookup(context.Background(), model, []uint64{1, 2}); err != nil {
+				t.Errorf("%s: %v", tc.target, err)
+			}
+			cl.Close()
 		}
 	})
 	for _, tc := range []struct {

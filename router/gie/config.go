@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"reflect"
+	"strings"
 	"time"
 )
 
@@ -159,10 +161,14 @@ func DefaultProducerParams() ProducerParams {
 }
 
 // decodeStrict decodes the one JSON value raw holds into v: unknown
-// fields and anything after the value are errors wrapping
-// ErrInvalidConfig (encoding/json's Decoder reads one value and would
-// ignore the rest).
+// fields, field names that match only when case is ignored (which
+// encoding/json would take), a bad duration (named by its field), and
+// anything after the value are errors wrapping ErrInvalidConfig
+// (encoding/json's Decoder reads one value and would ignore the rest).
 func decodeStrict(raw json.RawMessage, v any) error {
+	if err := checkFields(raw, reflect.TypeOf(v), ""); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidConfig, err)
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -172,6 +178,80 @@ func decodeStrict(raw json.RawMessage, v any) error {
 		return fmt.Errorf("%w: data after the parameters' JSON object", ErrInvalidConfig)
 	}
 	return nil
+}
+
+// durationType is the parameters' duration; checkFields parses its
+// fields itself to name them in errors.
+var durationType = reflect.TypeFor[Duration]()
+
+// checkFields walks raw against type t (path names where, for errors):
+// every object key must be a field's JSON name exactly, and every
+// duration must parse. Values of the wrong JSON type are left to the
+// decoder, whose errors name them.
+func checkFields(raw json.RawMessage, t reflect.Type, path string) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch {
+	case t == durationType:
+		var d Duration
+		if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+			return nil
+		}
+		if err := d.UnmarshalJSON(raw); err != nil {
+			return fmt.Errorf("%s: %v", path, err)
+		}
+	case t.Kind() == reflect.Struct:
+		var obj map[string]json.RawMessage
+		if json.Unmarshal(raw, &obj) != nil {
+			return nil
+		}
+		fields := map[string]reflect.Type{}
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if !f.IsExported() || name == "-" {
+				continue
+			}
+			if name == "" {
+				name = f.Name
+			}
+			fields[name] = f.Type
+		}
+		for key, val := range obj {
+			ft, ok := fields[key]
+			if !ok {
+				for name := range fields {
+					if strings.EqualFold(name, key) {
+						return fmt.Errorf("%s: unknown field %q (names are case-sensitive: %q)", join(path, key), key, name)
+					}
+				}
+				return fmt.Errorf("unknown field %q", join(path, key))
+			}
+			if err := checkFields(val, ft, join(path, key)); err != nil {
+				return err
+			}
+		}
+	case t.Kind() == reflect.Slice || t.Kind() == reflect.Array:
+		var elems []json.RawMessage
+		if json.Unmarshal(raw, &elems) != nil {
+			return nil
+		}
+		for i, e := range elems {
+			if err := checkFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// join names field key below path.
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
 }
 
 // ParseProducerParams decodes raw strictly (unknown fields are an error)

@@ -2,6 +2,7 @@ package gie
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -63,6 +64,9 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"sum_wraps":         `{"target":"x:1","tokenizeTimeout":"9223372036854775807ns","lookupTimeout":"1ns"}`,
 		"both_huge":         `{"target":"x:1","tokenizeTimeout":"2562047h","lookupTimeout":"2562047h"}`,
 		"trailing_garbage":  `{"target":"x:1"}garbage`,
+		"field_case":        `{"TARGET":"x:1"}`,
+		"nested_field_case": `{"target":"x:1","tokenizer":{"URL":"http://tok:8000/tokenize"}}`,
+		"model_field_case":  `{"target":"x:1","models":[{"Match":"a"}]}`,
 		"second_object":     `{"target":"x:1"} {"bogus":1}`,
 		"negative_timeout":  `{"target":"x:1","lookupTimeout":"-1ms"}`,
 		"cert_without_key":  `{"target":"x:1","caFile":"ca","certFile":"c"}`,
@@ -110,9 +114,25 @@ func TestParseTierScorerParams(t *testing.T) {
 	if err != nil || w != (TierWeights{GPU: 1, CPU: 0.5, Disk: 0.5}) {
 		t.Fatalf("cpu 0.5 = %+v, %v", w, err)
 	}
-	for _, raw := range []string{`{"cpu":1.5}`, `{"gpu":-1}`, `{"nvme":1}`, `{"gpu":1}xyz`} {
+	for _, raw := range []string{`{"cpu":1.5}`, `{"gpu":-1}`, `{"nvme":1}`, `{"gpu":1}xyz`, `{"gpu":0.5,"Gpu":0.2}`} {
 		if _, err := ParseTierScorerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", raw, err)
+		}
+	}
+}
+
+// TestParseProducerParamsNamesTheField: a bad duration and a field name
+// that differs only in case are refused naming the field.
+func TestParseProducerParamsNamesTheField(t *testing.T) {
+	for raw, want := range map[string]string{
+		`{"target":"x:1","lookupTimeout":"abc"}`:                   `lookupTimeout: time: invalid duration "abc"`,
+		`{"target":"x:1","speculativeTTL":"1 s"}`:                  `speculativeTTL: time: unknown unit`,
+		`{"target":"x:1","tokenizer":{"URL":"http://t/tokenize"}}`: `tokenizer.URL: unknown field "URL" (names are case-sensitive: "url")`,
+		`{"Target":"x:1"}`: `Target: unknown field "Target" (names are case-sensitive: "target")`,
+	} {
+		_, err := ParseProducerParams([]byte(raw))
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want ErrInvalidConfig with %q", raw, err, want)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 type tlsOptions struct {
 	on                bool
 	caFile            string
+	caFileGiven       bool // WithTLSCAFile was given, even with ""
 	certFile, keyFile string
 	serverName        string
 }
@@ -30,10 +31,10 @@ func WithTLS() Option {
 
 // WithTLSCAFile turns TLS on and verifies indexd's certificate against the
 // PEM CA bundle in path (the CLI's --tls-ca-file). New reads the file; it
-// fails with ErrInvalidArgument if the file cannot be read or holds no
-// certificate.
+// fails with ErrInvalidArgument if path is empty (WithTLS verifies against
+// the system roots), or the file cannot be read or holds no certificate.
 func WithTLSCAFile(path string) Option {
-	return func(o *options) { o.tls.on, o.tls.caFile = true, path }
+	return func(o *options) { o.tls.on, o.tls.caFile, o.tls.caFileGiven = true, path, true }
 }
 
 // WithTLSCertFiles turns TLS on and presents the PEM certificate chain and
@@ -61,6 +62,9 @@ func WithTLSServerName(name string) Option {
 func (t tlsOptions) dialOption() (grpc.DialOption, error) {
 	if !t.on {
 		return nil, nil
+	}
+	if t.caFileGiven && t.caFile == "" {
+		return nil, fmt.Errorf("%w: WithTLSCAFile with an empty path (use WithTLS for the system roots)", ErrInvalidArgument)
 	}
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.serverName}
 	if t.caFile != "" {

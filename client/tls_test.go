@@ -87,3 +87,22 @@ func TestKeyPairReloads(t *testing.T) {
 		t.Fatalf("first load of missing files: %v, want ErrInvalidArgument", err)
 	}
 }
+
+// TestTLSOptionsRefuseBadFiles: New refuses a CA bundle it cannot use,
+// an empty WithTLSCAFile path among them, before dialling.
+func TestTLSOptionsRefuseBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	notPEM := filepath.Join(dir, "passwd")
+	if err := os.WriteFile(notPEM, []byte("root:x:0:0::/root:/bin/sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, opt := range map[string]Option{
+		"empty_path":   WithTLSCAFile(""),
+		"missing_file": WithTLSCAFile(filepath.Join(dir, "missing.pem")),
+		"not_pem":      WithTLSCAFile(notPEM),
+	} {
+		if c, err := New("127.0.0.1:1", opt); !errors.Is(err, ErrInvalidArgument) || c != nil {
+			t.Errorf("%s: New = %v, %v; want nil and ErrInvalidArgument", name, c, err)
+		}
+	}
+}

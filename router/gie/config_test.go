@@ -78,6 +78,7 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"model_no_match":    `{"target":"x:1","models":[{"model":"a"}]}`,
 		"block_size":        `{"target":"x:1","blockSize":-16}`,
 		"tokenizer_path":    `{"target":"x:1","tokenizer":{"path":"tokenize"}}`,
+		"tokenizer_no_host": `{"target":"x:1","tokenizer":{"url":"http://"}}`,
 		"negative_ttl":      `{"target":"x:1","speculativeTTL":"-1s"}`,
 		"negative_lag":      `{"target":"x:1","speculativeIndexLag":"-1s"}`,
 		"negative_check":    `{"target":"x:1","identityCheckInterval":"-1s"}`,

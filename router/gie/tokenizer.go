@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 )
@@ -60,6 +61,11 @@ func (c TokenizerConfig) Validate() error {
 		return fmt.Errorf("%w: tokenizer maxResponseBytes %d must be positive", ErrInvalidConfig, c.MaxResponseBytes)
 	case c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://"):
 		return fmt.Errorf("%w: tokenizer url %q must be http:// or https://", ErrInvalidConfig, c.URL)
+	}
+	if c.URL != "" {
+		if u, err := url.Parse(c.URL); err != nil || u.Host == "" {
+			return fmt.Errorf("%w: tokenizer url %q names no host", ErrInvalidConfig, c.URL)
+		}
 	}
 	return nil
 }

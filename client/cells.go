@@ -29,7 +29,7 @@ type CellSource interface {
 // "" as New's target): each call resolves its model to cells through
 // src.Current() at the time of the call. See the package doc's "Cells".
 func WithCells(src CellSource) Option {
-	return func(o *options) { o.cells = src }
+	return func(o *options) { o.cells, o.cellsGiven = src, true }
 }
 
 // CellAnswer is one cell's share of a cell-mode Lookup answer.
@@ -71,7 +71,7 @@ func (s *cellSet) client(cell cellmap.Cell) (*Client, error) {
 	if c := s.conns[key]; c != nil {
 		return c, nil
 	}
-	c, err := New(cell.Indexd, append(slices.Clone(s.opts), func(o *options) { o.cells = nil })...)
+	c, err := New(cell.Indexd, append(slices.Clone(s.opts), func(o *options) { o.cells, o.cellsGiven = nil, false })...)
 	if err != nil {
 		return nil, fmt.Errorf("cell %q: %w", cell.Name, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -239,6 +240,9 @@ func TestCellsNew(t *testing.T) {
 	}
 	if _, err := New("127.0.0.1:1", WithCells(m)); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("New with a target and a cell map: %v, want ErrInvalidArgument", err)
+	}
+	if _, err := New("", WithCells(nil)); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "nil cell source") {
+		t.Fatalf("New with WithCells(nil): %v, want ErrInvalidArgument naming the nil cell source", err)
 	}
 	c, err := New("", WithCells(m))
 	if err != nil {

@@ -227,6 +227,7 @@ type options struct {
 	dialOpts    []grpc.DialOption
 	tls         tlsOptions
 	cells       CellSource
+	cellsGiven  bool // WithCells was given, even with nil
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
@@ -280,6 +281,9 @@ func New(target string, opts ...Option) (*Client, error) {
 		opt(&o)
 	}
 	target = strings.TrimSpace(target)
+	if o.cellsGiven && o.cells == nil {
+		return nil, fmt.Errorf("%w: WithCells with a nil cell source", ErrInvalidArgument)
+	}
 	if o.cells != nil {
 		if target != "" {
 			return nil, fmt.Errorf("%w: a target (%q) and a cell map given together", ErrInvalidArgument, target)

@@ -4,7 +4,6 @@ package migratecmd
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
@@ -89,10 +88,8 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			if err := etcdFlags.Reach(ctx, cli, cfg.To.Prefix()); err != nil {
 				return err
 			}
+			// Validate passed above, so Run's errors are not the config's.
 			rep, err := migrate.Run(ctx, cfg)
-			if errors.Is(err, migrate.ErrInvalidConfig) {
-				return usagef("%v", err)
-			}
 			if rep != nil && (err == nil || rep.Transactions > 0) {
 				if werr := write(cmd, output, rep); werr != nil && err == nil {
 					err = werr

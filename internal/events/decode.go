@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 
 	"github.com/vmihailenco/msgpack/v5/msgpcode"
@@ -275,15 +276,21 @@ func (d *Decoder) decodeEvents(b *Batch) error {
 		b.Events = make([]Event, 0, want)
 	}
 	for i := 0; i < n; i++ {
-		ev, skip, err := d.decodeEvent(i)
+		// Each event is decoded in its place in Events, which spares
+		// copying the Event (over 200 bytes) from the decoder's state to
+		// the result; a skipped one is zeroed and given back, so the
+		// spare capacity stays zero as emptied expects.
+		b.Events = append(b.Events, Event{Index: i})
+		last := len(b.Events) - 1
+		skip, err := d.decodeEvent(&b.Events[last])
 		if err != nil {
 			return fmt.Errorf("event %d: %w", i, err)
 		}
 		if skip != nil {
+			b.Events[last] = Event{}
+			b.Events = b.Events[:last]
 			b.Skipped = append(b.Skipped, *skip)
-			continue
 		}
-		b.Events = append(b.Events, ev)
 	}
 	return nil
 }
@@ -315,11 +322,11 @@ func (d *Decoder) decodeRank(b *Batch) error {
 	return nil
 }
 
-// eventState collects one event's fields while it is decoded; invalid holds
-// the first field problem that makes the event invalid without breaking
-// the msgpack structure.
+// eventState collects one event's fields while it is decoded, into ev (its
+// place in the batch's Events); invalid holds the first field problem that
+// makes the event invalid without breaking the msgpack structure.
 type eventState struct {
-	ev        Event
+	ev        *Event
 	tag       string
 	known     bool
 	hasHashes bool
@@ -332,19 +339,60 @@ func (s *eventState) fail(format string, args ...any) {
 	}
 }
 
-// Field positions after the tag in the tagged-array encoding (msgspec
-// array_like structs, in vLLM's declaration order).
-var (
-	storedFields      = []string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window"}
-	removedFields     = []string{"block_hashes", "medium", "group_idx"}
-	tierClearedFields = []string{"medium"}
+// eventField is an event field this decoder reads, by its wire name
+// (fieldNames); fieldIgnored stands for any other, whose value is skipped.
+// Fields are told apart once, from the map key or the array position, and
+// dispatched by number after that.
+type eventField uint8
+
+const (
+	fieldIgnored eventField = iota
+	fieldType
+	fieldBlockHashes
+	fieldParentBlockHash
+	fieldTokenIDs
+	fieldBlockSize
+	fieldMedium
+	fieldLoraName
+	fieldExtraKeys
+	fieldGroupIdx
+	fieldKVCacheSpecKind
 )
 
-func (d *Decoder) decodeEvent(i int) (Event, *Skip, error) {
-	s := eventState{ev: Event{Index: i}}
+// fieldNames are the fields' wire names, as vLLM's kv_events structs name
+// them; they label errors and skips.
+var fieldNames = [...]string{
+	fieldIgnored:         "ignored field",
+	fieldType:            "type",
+	fieldBlockHashes:     "block_hashes",
+	fieldParentBlockHash: "parent_block_hash",
+	fieldTokenIDs:        "token_ids",
+	fieldBlockSize:       "block_size",
+	fieldMedium:          "medium",
+	fieldLoraName:        "lora_name",
+	fieldExtraKeys:       "extra_keys",
+	fieldGroupIdx:        "group_idx",
+	fieldKVCacheSpecKind: "kv_cache_spec_kind",
+}
+
+// Field positions after the tag in the tagged-array encoding (msgspec
+// array_like structs, in vLLM's declaration order): BlockStored's lora_id
+// and kv_cache_spec_sliding_window are read as ignored fields.
+var (
+	storedFields = []eventField{fieldBlockHashes, fieldParentBlockHash, fieldTokenIDs, fieldBlockSize, fieldIgnored, fieldMedium,
+		fieldLoraName, fieldExtraKeys, fieldGroupIdx, fieldKVCacheSpecKind, fieldIgnored}
+	removedFields     = []eventField{fieldBlockHashes, fieldMedium, fieldGroupIdx}
+	tierClearedFields = []eventField{fieldMedium}
+)
+
+// decodeEvent decodes the next event into ev, which holds only its Index,
+// and reports it as a skip instead when it is invalid or of an unknown
+// type (ev is then the caller's to discard).
+func (d *Decoder) decodeEvent(ev *Event) (*Skip, error) {
+	s := eventState{ev: ev}
 	c, err := d.r.peek()
 	if err != nil {
-		return Event{}, nil, err
+		return nil, err
 	}
 	switch {
 	case isArray(c):
@@ -353,14 +401,14 @@ func (d *Decoder) decodeEvent(i int) (Event, *Skip, error) {
 		err = d.decodeMapEvent(&s)
 	default:
 		if err := d.skip("event"); err != nil {
-			return Event{}, nil, err
+			return nil, err
 		}
-		return Event{}, &Skip{Index: i, Reason: SkipInvalid, Detail: fmt.Sprintf("event is %s, want tagged array or map", describe(c))}, nil
+		return &Skip{Index: ev.Index, Reason: SkipInvalid, Detail: fmt.Sprintf("event is %s, want tagged array or map", describe(c))}, nil
 	}
 	if err != nil {
-		return Event{}, nil, err
+		return nil, err
 	}
-	return d.finish(&s)
+	return d.finish(&s), nil
 }
 
 func (d *Decoder) decodeArrayEvent(s *eventState) error {
@@ -375,7 +423,7 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 	if err := d.decodeTag(s); err != nil {
 		return err
 	}
-	var fields []string
+	var fields []eventField
 	switch s.ev.Type {
 	case BlockStored:
 		fields = storedFields
@@ -385,11 +433,11 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 		fields = tierClearedFields
 	}
 	for j := 1; j < n; j++ {
-		name := ""
+		f := fieldIgnored
 		if j-1 < len(fields) {
-			name = fields[j-1]
+			f = fields[j-1]
 		}
-		if err := d.decodeField(s, name); err != nil {
+		if err := d.decodeField(s, f); err != nil {
 			return err
 		}
 	}
@@ -424,7 +472,8 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 		if err != nil {
 			return err
 		}
-		if string(key) == "type" {
+		f := fieldOf(key)
+		if f == fieldType {
 			if sawType {
 				s.fail(`event map has more than one "type" field`)
 			}
@@ -434,7 +483,7 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 			}
 			continue
 		}
-		if err := d.decodeField(s, fieldName(key)); err != nil {
+		if err := d.decodeField(s, f); err != nil {
 			return err
 		}
 	}
@@ -444,31 +493,33 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 	return nil
 }
 
-// fieldName returns the constant name of a map field this decoder decodes,
-// or "" for one it ignores. key aliases the payload, so it must not be
+// fieldOf returns the field a map key names, fieldIgnored for one this
+// decoder does not read. key aliases the payload, so it must not be
 // retained; the switch neither allocates nor retains it.
-func fieldName(key []byte) string {
+func fieldOf(key []byte) eventField {
 	switch string(key) {
+	case "type":
+		return fieldType
 	case "block_hashes":
-		return "block_hashes"
+		return fieldBlockHashes
 	case "parent_block_hash":
-		return "parent_block_hash"
+		return fieldParentBlockHash
 	case "token_ids":
-		return "token_ids"
+		return fieldTokenIDs
 	case "block_size":
-		return "block_size"
+		return fieldBlockSize
 	case "medium":
-		return "medium"
+		return fieldMedium
 	case "lora_name":
-		return "lora_name"
+		return fieldLoraName
 	case "extra_keys":
-		return "extra_keys"
+		return fieldExtraKeys
 	case "group_idx":
-		return "group_idx"
+		return fieldGroupIdx
 	case "kv_cache_spec_kind":
-		return "kv_cache_spec_kind"
+		return fieldKVCacheSpecKind
 	}
-	return ""
+	return fieldIgnored
 }
 
 func (d *Decoder) decodeTag(s *eventState) error {
@@ -492,16 +543,18 @@ func (d *Decoder) decodeTag(s *eventState) error {
 	return nil
 }
 
-// decodeField decodes the field called name into s, or skips the value
-// when name is empty (a field this decoder ignores).
-func (d *Decoder) decodeField(s *eventState, name string) error {
-	switch name {
-	case "block_hashes":
+// decodeField decodes field f into s, or skips the value when f is
+// fieldIgnored (or fieldType out of place: an array event's tag is read
+// before its fields, so a type in a field's position is not one).
+func (d *Decoder) decodeField(s *eventState, f eventField) error {
+	name := fieldNames[f]
+	switch f {
+	case fieldBlockHashes:
 		s.hasHashes = true
 		hashes, err := d.hashes(s, name)
 		s.ev.BlockHashes = hashes
 		return err
-	case "parent_block_hash":
+	case fieldParentBlockHash:
 		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -513,31 +566,31 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 		h, ok, err := d.hash(s, name, -1)
 		s.ev.ParentHash, s.ev.HasParent = h, ok
 		return err
-	case "token_ids":
+	case fieldTokenIDs:
 		ids, err := d.tokens(s, name)
 		s.ev.TokenIDs = ids
 		return err
-	case "block_size":
+	case fieldBlockSize:
 		u, ok, err := d.optUint(s, name, math.MaxUint32)
 		if ok {
 			s.ev.BlockSize = uint32(u)
 		}
 		return err
-	case "medium":
+	case fieldMedium:
 		m, err := d.optStr(s, name, &d.medium)
 		s.ev.Medium = m
 		return err
-	case "lora_name":
+	case fieldLoraName:
 		m, err := d.optStr(s, name, &d.medium)
 		s.ev.LoraName = m
 		return err
-	case "extra_keys":
+	case fieldExtraKeys:
 		return d.extraKeys(s, name)
-	case "kv_cache_spec_kind":
+	case fieldKVCacheSpecKind:
 		k, err := d.optStr(s, name, &d.kind)
 		s.ev.KVCacheSpecKind = k
 		return err
-	case "group_idx":
+	case fieldGroupIdx:
 		c, err := d.r.peek()
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
@@ -563,10 +616,12 @@ func (d *Decoder) decodeField(s *eventState, name string) error {
 	return d.skip("ignored field")
 }
 
-// finish validates a decoded event and resolves its tier.
-func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
-	skip := func(r SkipReason, format string, args ...any) (Event, *Skip, error) {
-		return Event{}, &Skip{Index: s.ev.Index, Tag: s.tag, Reason: r, Detail: fmt.Sprintf(format, args...)}, nil
+// finish validates a decoded event and resolves its tier, in place; an
+// event that cannot apply comes back as a skip.
+func (d *Decoder) finish(s *eventState) *Skip {
+	ev := s.ev
+	skip := func(r SkipReason, format string, args ...any) *Skip {
+		return &Skip{Index: ev.Index, Tag: s.tag, Reason: r, Detail: fmt.Sprintf(format, args...)}
 	}
 	switch {
 	case s.invalid != "":
@@ -574,30 +629,32 @@ func (d *Decoder) finish(s *eventState) (Event, *Skip, error) {
 	case !s.known:
 		return skip(SkipUnknownType, "unknown event type %q", s.tag)
 	}
-	switch s.ev.Type {
+	switch ev.Type {
 	case AllBlocksCleared:
-		return Event{Type: AllBlocksCleared, Index: s.ev.Index}, nil, nil
+		*ev = Event{Type: AllBlocksCleared, Index: ev.Index}
+		return nil
 	case TierBlocksCleared:
-		t, ok := d.tierOf(s.ev.Medium)
+		t, ok := d.tierOf(ev.Medium)
 		if !ok {
-			return skip(SkipUnknownMedium, "medium %q maps to no tier", s.ev.Medium)
+			return skip(SkipUnknownMedium, "medium %q maps to no tier", ev.Medium)
 		}
-		return Event{Type: TierBlocksCleared, Index: s.ev.Index, Medium: s.ev.Medium, Tier: t}, nil, nil
+		*ev = Event{Type: TierBlocksCleared, Index: ev.Index, Medium: ev.Medium, Tier: t}
+		return nil
 	}
 	if !s.hasHashes {
 		return skip(SkipInvalid, "missing field block_hashes")
 	}
-	t, ok := d.tierOf(s.ev.Medium)
+	t, ok := d.tierOf(ev.Medium)
 	if !ok {
-		return skip(SkipUnknownMedium, "medium %q maps to no tier", s.ev.Medium)
+		return skip(SkipUnknownMedium, "medium %q maps to no tier", ev.Medium)
 	}
-	s.ev.Tier = t
-	if s.ev.Type == BlockRemoved {
+	ev.Tier = t
+	if ev.Type == BlockRemoved {
 		// Only the hashes, medium, tier and group belong to a removal.
-		s.ev.ParentHash, s.ev.HasParent, s.ev.TokenIDs, s.ev.BlockSize, s.ev.LoraName, s.ev.KVCacheSpecKind = 0, false, nil, 0, "", ""
-		s.ev.ExtraKeys, s.ev.HasExtraKeys, s.ev.ExtraKeysLen, s.ev.BadExtraKeys = nil, false, 0, ""
+		ev.ParentHash, ev.HasParent, ev.TokenIDs, ev.BlockSize, ev.LoraName, ev.KVCacheSpecKind = 0, false, nil, 0, "", ""
+		ev.ExtraKeys, ev.HasExtraKeys, ev.ExtraKeysLen, ev.BadExtraKeys = nil, false, 0, ""
 	}
-	return s.ev, nil, nil
+	return nil
 }
 
 // tierOf maps a medium to its tier, case-insensitively. The answer for the
@@ -747,64 +804,82 @@ func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
 // caller reports it). A truncated integer is an error.
 func (d *Decoder) rawInts(out []int64, n int) ([]int64, int, error) {
 	b := d.r.rest()
+	base := len(out)
+	if cap(out)-base < n {
+		out = slices.Grow(out, n)
+	}
+	dst := out[base : base+n] // written by index: no append's capacity check per id
 	i, k := 0, 0
 	defer func() { d.r.advance(i) }()
-	for ; k < n && i < len(b); k++ {
+	for ; k < len(dst) && i < len(b); k++ {
 		c := b[i]
 		if c <= msgpcode.PosFixedNumHigh {
-			out = append(out, int64(c))
+			dst[k] = int64(c)
 			i++
 			continue
 		}
 		if c >= msgpcode.NegFixedNumLow {
-			out = append(out, int64(int8(c)))
+			dst[k] = int64(int8(c))
 			i++
 			continue
 		}
-		var size int
-		switch c {
-		case msgpcode.Uint8, msgpcode.Int8:
-			size = 1
-		case msgpcode.Uint16, msgpcode.Int16:
-			size = 2
-		case msgpcode.Uint32, msgpcode.Int32:
-			size = 4
-		case msgpcode.Uint64, msgpcode.Int64:
-			size = 8
-		default:
-			return out, k, nil
-		}
-		if i+1+size > len(b) {
-			return out, k, fmt.Errorf("integer truncated: %d bytes remain, want %d", len(b)-i-1, size)
-		}
-		v := b[i+1 : i+1+size]
+		// One switch reads each format in place: vocabularies past 65,535
+		// ids make uint32 the common case, then uint16.
+		v := b[i+1:]
 		var x int64
 		switch c {
-		case msgpcode.Uint8:
-			x = int64(v[0])
-		case msgpcode.Int8:
-			x = int64(int8(v[0]))
-		case msgpcode.Uint16:
-			x = int64(binary.BigEndian.Uint16(v))
-		case msgpcode.Int16:
-			x = int64(int16(binary.BigEndian.Uint16(v)))
-		case msgpcode.Uint32:
-			x = int64(binary.BigEndian.Uint32(v))
-		case msgpcode.Int32:
-			x = int64(int32(binary.BigEndian.Uint32(v)))
-		case msgpcode.Int64:
-			x = int64(binary.BigEndian.Uint64(v))
-		default: // Uint64
+		case msgpcode.Uint32, msgpcode.Int32:
+			if len(v) < 4 {
+				return out[:base+k], k, errIntTruncated(len(v), 4)
+			}
+			if u := binary.BigEndian.Uint32(v); c == msgpcode.Uint32 {
+				x = int64(u)
+			} else {
+				x = int64(int32(u))
+			}
+			i += 5
+		case msgpcode.Uint16, msgpcode.Int16:
+			if len(v) < 2 {
+				return out[:base+k], k, errIntTruncated(len(v), 2)
+			}
+			if u := binary.BigEndian.Uint16(v); c == msgpcode.Uint16 {
+				x = int64(u)
+			} else {
+				x = int64(int16(u))
+			}
+			i += 3
+		case msgpcode.Uint8, msgpcode.Int8:
+			if len(v) < 1 {
+				return out[:base+k], k, errIntTruncated(len(v), 1)
+			}
+			if c == msgpcode.Uint8 {
+				x = int64(v[0])
+			} else {
+				x = int64(int8(v[0]))
+			}
+			i += 2
+		case msgpcode.Uint64, msgpcode.Int64:
+			if len(v) < 8 {
+				return out[:base+k], k, errIntTruncated(len(v), 8)
+			}
 			u := binary.BigEndian.Uint64(v)
-			if u > math.MaxInt64 {
-				return out, k, nil
+			if c == msgpcode.Uint64 && u > math.MaxInt64 {
+				return out[:base+k], k, nil // the caller reports it
 			}
 			x = int64(u)
+			i += 9
+		default:
+			return out[:base+k], k, nil
 		}
-		out = append(out, x)
-		i += 1 + size
+		dst[k] = x
 	}
-	return out, k, nil
+	return out[:base+k], k, nil
+}
+
+// errIntTruncated reports an integer whose payload the batch's end cut
+// short.
+func errIntTruncated(have, want int) error {
+	return fmt.Errorf("integer truncated: %d bytes remain, want %d", have, want)
 }
 
 // optUint decodes a nil-able non-negative integer no larger than limit.

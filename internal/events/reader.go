@@ -212,6 +212,17 @@ func (r *reader) bytesLen() (int, error) {
 
 // bytes reads a str or bin and returns its bytes, aliasing the payload.
 func (r *reader) bytes() ([]byte, error) {
+	// Fast path: field names and mediums are short strings, one header
+	// byte with the length in it.
+	if r.i < len(r.b) {
+		if c := r.b[r.i]; c&^msgpcode.FixedStrMask == msgpcode.FixedStrLow {
+			if n := int(c & msgpcode.FixedStrMask); n < len(r.b)-r.i {
+				b := r.b[r.i+1 : r.i+1+n]
+				r.i += 1 + n
+				return b, nil
+			}
+		}
+	}
 	n, err := r.bytesLen()
 	if err != nil {
 		return nil, err

@@ -10,6 +10,7 @@ import (
 	"io"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -74,7 +75,7 @@ its own sequence tracking, and its gaps are replayed from
 				return err
 			}
 			f.dialFlags = cmd.Flags().Changed("zmq") || cmd.Flags().Changed("replay")
-			return f.run(cmd.Context(), cmd.ErrOrStderr())
+			return f.run(cmd.Context(), cmd.Flags(), cmd.ErrOrStderr())
 		},
 	}
 	fs := cmd.Flags()
@@ -118,7 +119,7 @@ var positiveFlags = []string{
 
 // run runs the bridge, logging to stderr (the command's ErrOrStderr, so an
 // in-process caller reads the lines, the bound address among them).
-func (f *flags) run(ctx context.Context, stderr io.Writer) error {
+func (f *flags) run(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
@@ -162,7 +163,7 @@ func (f *flags) run(ctx context.Context, stderr io.Writer) error {
 	}
 	b, err := bridge.New(cfg)
 	if err != nil {
-		return err
+		return common.FlagNames(err, fs, &f.cfg)
 	}
 	ops, err := f.ops.Server(reg, func() error {
 		if err := watch.Err(); err != nil {

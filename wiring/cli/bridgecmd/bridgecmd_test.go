@@ -23,8 +23,8 @@ func TestBadFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"no_pod", []string{"--model", "m"}, "Pod"},
-		{"no_model", []string{"--pod", "p"}, "Model"},
+		{"no_pod", []string{"--model", "m"}, "--pod: keyspace: invalid name: empty pod"},
+		{"no_model", []string{"--pod", "p"}, "--model: keyspace: invalid name: empty model"},
 		{"bind_address", []string{"--pod", "p", "--model", "m", "--zmq", "tcp://*:5557"}, "bind address"},
 		{"offset_past_last_port", []string{"--pod", "p", "--model", "m", "--zmq", "tcp://e:65535", "--dp-rank", "1"}, "--zmq"},
 		{"bad_log_level", []string{"--pod", "p", "--model", "m", "--log-level", "loud"}, "level"},
@@ -33,7 +33,7 @@ func TestBadFlags(t *testing.T) {
 		{"bad_topic", []string{"--pod", "p", "--model", "m", "--topic", "bad topic/x"}, "--topic: topic name"},
 		{"bind_with_zmq", []string{"--zmq-bind", "tcp://*:5557", "--zmq", "tcp://e:5557"}, "dial mode"},
 		{"bind_bad_pattern", []string{"--listen", "tcp://*:5557", "--topic-pattern", "kv@{model}"}, "{pod}"},
-		{"bind_bad_replay_pattern", []string{"--zmq-bind", "tcp://*:5557", "--replay-pattern", "tcp://{host}"}, "ReplayPattern"},
+		{"bind_bad_replay_pattern", []string{"--zmq-bind", "tcp://*:5557", "--replay-pattern", "tcp://{host}"}, "--replay-pattern: "},
 		{"zero_max_connections", []string{"--zmq-bind", "tcp://*:5557", "--max-connections", "0"}, "--max-connections must be positive, got 0"},
 		{"zero_heartbeat", []string{"--pod", "p", "--model", "m", "--heartbeat-interval", "0s"}, "--heartbeat-interval must be positive, got 0s"},
 		{"negative_grace", []string{"--pod", "p", "--model", "m", "--grace-period", "-1s"}, "--grace-period must be zero or positive, got -1s"},

@@ -124,7 +124,7 @@ func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
 	}
 	srv, err := indexd.New(f.cfg)
 	if errors.Is(err, indexd.ErrInvalidConfig) {
-		return err
+		return common.FlagNames(err, cmd.Flags(), &f.cfg)
 	}
 	if err != nil {
 		return fmt.Errorf("%w (--listen)", err) // the only other failure: binding the gRPC address

@@ -20,6 +20,7 @@ import (
 	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
 	"google.golang.org/grpc/status"
 
+	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
 
@@ -179,5 +180,25 @@ func TestIndexdCommandNamesListenOnBusyPort(t *testing.T) {
 	err = cmd.ExecuteContext(ctx)
 	if err == nil || !strings.Contains(err.Error(), "(--listen)") || !strings.Contains(err.Error(), busy.Addr().String()) {
 		t.Fatalf("error = %v, want one naming --listen and the address", err)
+	}
+}
+
+// TestIndexdCommandNamesFlagsInConfigErrors: a rule indexd.Config's
+// Validate checks between two settings reads in the flags that set them.
+// Nothing listens at the etcd endpoint: Validate runs before indexd uses
+// its client.
+func TestIndexdCommandNamesFlagsInConfigErrors(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--barrier-timeout", "10s", "--max-barrier-timeout", "5s", "--listen", "127.0.0.1:0",
+		"--metrics-listen", "127.0.0.1:0", "--etcd-endpoints", "127.0.0.1:1"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.Execute()
+	const want = "--barrier-timeout 10s exceeds --max-barrier-timeout 5s"
+	if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "BarrierTimeout") {
+		t.Fatalf("error = %v, want one containing %q", err, want)
+	}
+	if !errors.Is(err, indexd.ErrInvalidConfig) {
+		t.Errorf("error %v does not wrap indexd.ErrInvalidConfig", err)
 	}
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/kafkaauth"
-	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 	"github.com/kvindex/kvindex/internal/tier"
 	"github.com/kvindex/kvindex/wiring/cli/common"
@@ -54,7 +53,7 @@ effect in fenced, bounded transactions that carry the partition's offset
 			if err := checkFlags(cmd.Flags()); err != nil {
 				return err
 			}
-			return run(cmd.Context(), &f)
+			return run(cmd.Context(), cmd.Flags(), &f)
 		},
 	}
 	fs := cmd.Flags()
@@ -104,8 +103,9 @@ var (
 )
 
 // checkFlags refuses the numeric flags' values the Config would refuse
-// for their sign, and a --chunk-size past keyspace.MaxChunkEntries,
-// naming the flag.
+// for their sign, naming the flag; what Validate refuses beyond that
+// (ranges, rules between settings) comes back through common.FlagNames,
+// which names the flags too.
 func checkFlags(fs *pflag.FlagSet) error {
 	if err := common.CheckPositive(fs, positiveFlags...); err != nil {
 		return err
@@ -113,13 +113,10 @@ func checkFlags(fs *pflag.FlagSet) error {
 	if err := common.CheckNonNegative(fs, nonNegativeFlags...); err != nil {
 		return err
 	}
-	if n, _ := fs.GetInt("chunk-size"); n > keyspace.MaxChunkEntries {
-		return fmt.Errorf("--chunk-size %d: want at most %d", n, keyspace.MaxChunkEntries)
-	}
 	return nil
 }
 
-func run(ctx context.Context, f *flags) error {
+func run(ctx context.Context, fs *pflag.FlagSet, f *flags) error {
 	if err := f.kafka.ValidateTopic(); err != nil {
 		return err
 	}
@@ -163,7 +160,7 @@ func run(ctx context.Context, f *flags) error {
 	cfg.Logger = log
 	ing, err := ingester.New(cfg)
 	if err != nil {
-		return err
+		return common.FlagNames(err, fs, &f.cfg)
 	}
 	// An authentication failure is the reason first: the ingester alone
 	// would say only that it is not consuming yet.

@@ -2,6 +2,8 @@ package ingestercmd
 
 import (
 	"context"
+	"errors"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"go.uber.org/goleak"
 
+	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -76,7 +79,6 @@ func TestIngesterCommandNamesTheFlag(t *testing.T) {
 		want string
 	}{
 		{[]string{"--chunk-size", "0"}, "--chunk-size must be positive, got 0"},
-		{[]string{"--chunk-size", "257"}, "--chunk-size 257: want at most 256"},
 		{[]string{"--liveness-window", "0s"}, "--liveness-window must be positive, got 0s"},
 		{[]string{"--window-ops", "-1"}, "--window-ops must be positive, got -1"},
 		{[]string{"--window-linger", "-1ms"}, "--window-linger must be zero or positive, got -1ms"},
@@ -130,5 +132,42 @@ func TestMediumTable(t *testing.T) {
 				t.Fatalf("table (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestIngesterCommandNamesFlagsInConfigErrors: what ingester.Config's
+// Validate refuses past the sign checks (ranges, and rules between two
+// settings) reads in the flags the user set, not the Config's field
+// names. Nothing listens at the etcd endpoint: Validate runs before the
+// ingester uses its client.
+func TestIngesterCommandNamesFlagsInConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args      []string
+		want      string
+		notFields []string
+	}{
+		{[]string{"--chunk-size", "257"}, "--chunk-size 257: want between 1 and 256", []string{"ChunkSize"}},
+		{[]string{"--max-txn-bytes", "100"}, "--max-txn-bytes 100: want between 16 KiB and 1.5 MiB", []string{"MaxTxnBytes"}},
+		{[]string{"--window-linger", "2s"}, "--window-linger 2s: want between 0 and 1s", []string{"WindowLinger"}},
+		{[]string{"--lease-ttl", "1500ms"}, "--lease-ttl 1.5s: want a whole number of seconds", []string{"LeaseTTL"}},
+		{[]string{"--outage-threshold", "1m", "--liveness-window", "30s"}, "--outage-threshold 1m0s: want less than --liveness-window 30s", []string{"OutageThreshold", "LivenessWindow"}},
+	} {
+		cmd := NewCommand()
+		cmd.SetArgs(append(tc.args, "--metrics-listen", "127.0.0.1:0", "--etcd-endpoints", "127.0.0.1:1", "--etcd-dial-timeout", "100ms"))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		err := cmd.ExecuteContext(context.Background())
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: error = %v, want one containing %q", tc.args, err, tc.want)
+			continue
+		}
+		for _, f := range tc.notFields {
+			if strings.Contains(err.Error(), f) {
+				t.Errorf("%v: error %q names the Config field %s", tc.args, err, f)
+			}
+		}
+		if !errors.Is(err, ingester.ErrInvalidConfig) {
+			t.Errorf("%v: error %v does not wrap ingester.ErrInvalidConfig", tc.args, err)
+		}
 	}
 }

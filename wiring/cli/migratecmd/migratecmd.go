@@ -83,7 +83,7 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			defer cli.Close()
 			cfg.Etcd, cfg.Logger = cli, log.With("component", "migrate")
 			if err := cfg.Validate(); err != nil {
-				return usagef("%v", err)
+				return usagef("%v", common.FlagNames(err, cmd.Flags(), &cfg))
 			}
 			if err := etcdFlags.Reach(ctx, cli, cfg.To.Prefix()); err != nil {
 				return err

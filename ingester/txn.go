@@ -201,7 +201,14 @@ func (pk *packer) send(ctx context.Context, kind TxnKind) error {
 		}
 		pk.m.txnRetries.Inc()
 		d := bo.Next()
-		pk.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
+		if isEtcdErr(err, rpctypes.ErrGRPCNoSpace) {
+			// etcd's NOSPACE alarm refuses every write until an operator
+			// frees space: waiting is right, and the log says what to do.
+			pk.log.Warn("etcd is out of space (its NOSPACE alarm is raised); writes wait until it is compacted, defragmented and the alarm disarmed (runbook: KvindexEtcdDBNearQuota)",
+				"kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
+		} else {
+			pk.log.Warn("etcd transaction failed; retrying", "kind", kind.String(), "ops", b.n(), "err", err, "backoff", d)
+		}
 		if err := backoff.Sleep(ctx, bo.Clock, d); err != nil {
 			return err
 		}
@@ -210,11 +217,24 @@ func (pk *packer) send(ctx context.Context, kind TxnKind) error {
 
 // tooBig reports an etcd refusal that no retry of the same transaction can
 // overcome: too many operations, or a request over etcd's or gRPC's size
-// limit.
+// limit. etcd also answers ResourceExhausted for states of its own that
+// pass (a full database under the NOSPACE alarm, too many requests in
+// flight): those are retried like any other failure.
 func tooBig(err error) bool {
-	e := rpctypes.Error(err)
-	return errors.Is(e, rpctypes.ErrTooManyOps) || errors.Is(e, rpctypes.ErrRequestTooLarge) ||
-		status.Code(err) == codes.ResourceExhausted
+	switch {
+	case isEtcdErr(err, rpctypes.ErrGRPCTooManyOps), isEtcdErr(err, rpctypes.ErrGRPCRequestTooLarge):
+		return true
+	case isEtcdErr(err, rpctypes.ErrGRPCNoSpace), isEtcdErr(err, rpctypes.ErrGRPCRequestTooManyRequests):
+		return false
+	}
+	return status.Code(err) == codes.ResourceExhausted // gRPC's message size limits
+}
+
+// isEtcdErr reports whether err is etcd's gRPC error grpcErr (one of
+// rpctypes.ErrGRPC...), as the server sent it, wrapped, or as the client
+// converts it (rpctypes.Error).
+func isEtcdErr(err, grpcErr error) bool {
+	return errors.Is(err, grpcErr) || errors.Is(rpctypes.Error(err), rpctypes.Error(grpcErr))
 }
 
 // hookError carries Config.BeforeTxn's error: it aborts the ingester.

@@ -122,6 +122,7 @@
 // txns_total{kind: part, commit}, txn_ops (histogram of ops per
 // transaction), txn_seconds, txn_ops_limit, txn_ops_configured,
 // txn_retries_total, guard_failures_total, etcd_failures_total{op},
+// fetch_errors_total,
 // leases (kept alive), lease_grants_total, lease_regrants_total,
 // lease_recounts_total, leases_expired_total, lag_records{partition},
 // partitions, offset_resets_total, unkeyed_blocks_total{reason},

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/kvindex/kvindex/internal/backoff"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/logging"
 )
@@ -37,6 +38,35 @@ const maxPollRecords = 10_000
 // held for a paused partition, before it tries to hand the input over
 // again.
 const heldRetry = 20 * time.Millisecond
+
+// Fetch errors: a broker that answers every fetch with one (a topic
+// deleted under the group: UNKNOWN_TOPIC_ID) would otherwise spin the
+// poll loop and log tens of thousands of lines a second. The warning is
+// logged at most once per fetchErrLogEvery, with the number of errors
+// since the last one; a poll that brought errors and no records waits
+// fetchErrBackoffMin, doubling up to fetchErrBackoffMax, before the next.
+const (
+	fetchErrLogEvery   = 10 * time.Second
+	fetchErrBackoffMin = 10 * time.Millisecond
+	fetchErrBackoffMax = time.Second
+)
+
+// fetchErrLog is the poll loop's rate limit on the fetch-error warning.
+type fetchErrLog struct {
+	last       time.Time // when the warning was last logged
+	suppressed int       // errors since then, not logged
+}
+
+// warn logs err (of partition p) unless a warning went out less than
+// fetchErrLogEvery before now, in which case it only counts it.
+func (l *fetchErrLog) warn(log *slog.Logger, now time.Time, p int32, err error) {
+	if !l.last.IsZero() && now.Sub(l.last) < fetchErrLogEvery {
+		l.suppressed++
+		return
+	}
+	log.Warn("fetch error", "partition", p, "err", err, "errors_not_logged", l.suppressed)
+	l.last, l.suppressed = now, 0
+}
 
 // Ingester is one consumer-group member writing the index. Create it with
 // New and start it with Run; it is single use.
@@ -240,6 +270,8 @@ func background(parent context.Context, fn func(context.Context)) (stop func()) 
 // allowing rebalances (a member that does not is kicked from the group).
 func (in *Ingester) poll(ctx context.Context) {
 	lastCommit := time.Now()
+	var errLog fetchErrLog
+	errWait := backoff.New(fetchErrBackoffMin, fetchErrBackoffMax, nil)
 	for {
 		pctx, cancel := ctx, context.CancelFunc(func() {})
 		if in.offerHeld(ctx) {
@@ -251,7 +283,13 @@ func (in *Ingester) poll(ctx context.Context) {
 			in.cl.AllowRebalance()
 			return
 		}
+		fetchErrs := 0
 		fs.EachError(func(topic string, p int32, err error) {
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return // the poll's own deadline (heldRetry) or the stop
+			}
+			fetchErrs++
+			in.m.fetchErrors.Inc()
 			if errors.Is(err, kerr.OffsetOutOfRange) && topic == in.cfg.Topic {
 				in.outOfRange(ctx, p)
 				return
@@ -261,9 +299,7 @@ func (in *Ingester) poll(ctx context.Context) {
 				in.fail(fmt.Errorf("ingester: joining group %s: %w (SessionTimeout %v is outside what the brokers allow)", in.cfg.Group, err, in.cfg.SessionTimeout))
 				return
 			}
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
-				in.log.Warn("fetch error", "partition", p, "err", err)
-			}
+			errLog.warn(in.log, time.Now(), p, err)
 		})
 		fs.EachPartition(func(fp kgo.FetchTopicPartition) {
 			if len(fp.Records) == 0 || fp.Topic != in.cfg.Topic {
@@ -282,6 +318,13 @@ func (in *Ingester) poll(ctx context.Context) {
 			lastCommit = time.Now()
 		}
 		in.cl.AllowRebalance()
+		if fetchErrs == 0 || fs.NumRecords() > 0 {
+			errWait.Reset()
+			continue
+		}
+		if backoff.Sleep(ctx, nil, errWait.Next()) != nil {
+			return
+		}
 	}
 }
 

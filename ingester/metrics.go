@@ -39,6 +39,7 @@ type metrics struct {
 	outageSeconds  prometheus.Counter
 	repeatedHeader *prometheus.CounterVec // by header
 	etcdFailures   *prometheus.CounterVec // by op
+	fetchErrors    prometheus.Counter
 	unkeyedBlocks  *prometheus.CounterVec // by reason (keying.go)
 	mapEntries     *prometheus.GaugeVec   // by partition
 	mapRebuilt     prometheus.Counter
@@ -103,6 +104,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Records carrying a contract header more than once (the record is skipped, reason repeated_header), by header."}, []string{"header"}),
 		etcdFailures: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "etcd_failures_total",
 			Help: "etcd calls that failed with an error no retry fixes (the ingester stops with it), by operation."}, []string{"op"}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "fetch_errors_total",
+			Help: "Errors Kafka fetches returned (each also logged, at most once per 10 s with the number left unlogged), offsets out of range included."}),
 	}
 	// The series the alerting rules select by label value exist from the
 	// start (deploy/observability), so a rate over them is 0, not absent,
@@ -120,7 +123,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	for _, c := range []prometheus.Collector{m.records, m.events, m.skippedRecords, m.skippedEvents, m.drops, m.txns,
 		m.txnOps, m.txnSeconds, m.txnOpsLimit, m.txnOpsWanted, m.txnRetries, m.guardFailures, m.leases, m.leaseGrants, m.leaseRegrants, m.leaseRecounts,
 		m.leasesExpired, m.lag, m.partitions, m.offsetResets, m.unkeyedBlocks, m.mapEntries, m.mapRebuilt,
-		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures} {
+		m.outages, m.outageSeconds, m.repeatedHeader, m.etcdFailures, m.fetchErrors} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("ingester: registering metrics: %w", err)
 		}

@@ -234,7 +234,7 @@ func (in *Ingester) Run(ctx context.Context) error {
 	// Shutdown: workers first (no more writes), then the group, then the
 	// keepalives.
 	in.stopAll()
-	cl.CloseAllowingRebalance()
+	in.leaveGroup(cl)
 	in.stopAll() // a revoke during close may not have run
 	in.workers.Wait()
 	stopKeeper()
@@ -244,6 +244,21 @@ func (in *Ingester) Run(ctx context.Context) error {
 		return cause
 	}
 	return nil
+}
+
+// leaveGroup leaves the consumer group and closes the client, giving the
+// leave at most SessionTimeout: past it the broker has expired the member
+// anyway, and a broker that stopped answering would otherwise hold the
+// stop for Kafka's request timeouts (70 s in a fault attack, longer than
+// a pod's usual termination grace period).
+func (in *Ingester) leaveGroup(cl *kgo.Client) {
+	cl.AllowRebalance()
+	ctx, cancel := context.WithTimeout(context.Background(), in.cfg.SessionTimeout)
+	defer cancel()
+	if err := cl.LeaveGroupContext(ctx); err != nil && ctx.Err() != nil {
+		in.log.Warn("leaving the consumer group timed out; the broker expires the member after its session timeout", "group", in.cfg.Group, "timeout", in.cfg.SessionTimeout)
+	}
+	cl.Close()
 }
 
 // background runs fn in a goroutine of its own on a context derived from

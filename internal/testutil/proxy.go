@@ -16,6 +16,7 @@ type Proxy struct {
 	mu     sync.Mutex
 	target string
 	down   bool
+	hung   bool
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -61,6 +62,16 @@ func (p *Proxy) serve(c net.Conn) {
 		c.Close()
 		return
 	}
+	if p.hung {
+		p.conns[c] = struct{}{}
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_, _ = io.Copy(io.Discard, c)
+			c.Close()
+		}()
+		return
+	}
 	up, err := net.Dial("tcp", p.target)
 	if err != nil {
 		c.Close()
@@ -71,11 +82,43 @@ func (p *Proxy) serve(c net.Conn) {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			_, _ = io.Copy(pair[0], pair[1])
+			p.forward(pair[0], pair[1])
 			pair[0].Close()
 			pair[1].Close()
 		}()
 	}
+}
+
+// forward copies src to dst until either fails, dropping what it reads
+// while the proxy is hung.
+func (p *Proxy) forward(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 && !p.isHung() {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (p *Proxy) isHung() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.hung
+}
+
+// Hang keeps every connection open but forwards nothing more, either way,
+// and holds new connections open without forwarding them: a server that
+// stopped answering (SIGSTOP) rather than went away. Cut ends it.
+func (p *Proxy) Hang() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hung = true
 }
 
 // Cut closes every proxied connection and refuses new ones.

@@ -17,6 +17,8 @@ type Proxy struct {
 	target string
 	down   bool
 	hung   bool
+	// accepted counts the connections accepted, refused ones included.
+	accepted int
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -52,12 +54,21 @@ func StartProxy(t testing.TB, target string) *Proxy {
 // Addr is the proxy's host:port.
 func (p *Proxy) Addr() string { return p.l.Addr().String() }
 
+// Accepted is the number of connections the proxy accepted so far,
+// those it refused while cut included: a client's connection attempts.
+func (p *Proxy) Accepted() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
 // Endpoint is the proxy's address as an etcd client endpoint URL.
 func (p *Proxy) Endpoint() string { return "http://" + p.Addr() }
 
 func (p *Proxy) serve(c net.Conn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.accepted++
 	if p.down {
 		c.Close()
 		return

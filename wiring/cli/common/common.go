@@ -24,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	etcdcreds "go.etcd.io/etcd/client/v3/credentials"
 	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/kvindex/kvindex/internal/authwatch"
 	"github.com/kvindex/kvindex/internal/contract"
@@ -76,7 +77,17 @@ type Etcd struct {
 	// one is logged at ERROR, counted and reported by /readyz
 	// (internal/authwatch). Set by the role before Client.
 	Watch *authwatch.Watch
+	// ReconnectMaxDelay caps the wait between attempts to reconnect to an
+	// etcd member that went away (0: DefaultEtcdReconnectMaxDelay).
+	ReconnectMaxDelay time.Duration
 }
+
+// DefaultEtcdReconnectMaxDelay is the longest wait between reconnection
+// attempts to an etcd member. gRPC's own default grows to 120 s, so a role
+// could stay disconnected for a minute or two after etcd came back (24 s
+// and more in a fault attack); 5 s bounds that, at a few attempts a
+// minute per member while one is down.
+const DefaultEtcdReconnectMaxDelay = 5 * time.Second
 
 // Register adds --etcd-endpoints, --etcd-prefix and --etcd-dial-timeout to fs.
 func (e *Etcd) Register(fs *pflag.FlagSet) {
@@ -196,7 +207,14 @@ func (e *Etcd) Client(ctx context.Context, log *slog.Logger) (*clientv3.Client, 
 	if err != nil {
 		return nil, err
 	}
-	var dialOpts []grpc.DialOption
+	maxDelay := e.ReconnectMaxDelay
+	if maxDelay <= 0 {
+		maxDelay = DefaultEtcdReconnectMaxDelay
+	}
+	bo := grpcbackoff.DefaultConfig
+	bo.MaxDelay = maxDelay
+	bo.BaseDelay = min(bo.BaseDelay, maxDelay)
+	dialOpts := []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: 20 * time.Second})} // gRPC's own minimum
 	if tlsCfg != nil && e.Watch != nil {
 		// Given after clientv3's own credentials, these replace them: the
 		// same TLS credentials, wrapped to report handshake failures.

@@ -210,3 +210,34 @@ func TestValidateBrokers(t *testing.T) {
 		})
 	}
 }
+
+// TestEtcdReconnectBackoff: while etcd is unreachable the client keeps
+// trying at least every ReconnectMaxDelay, so it is back soon after etcd
+// is. gRPC's default backoff (1 s, growing 1.6 times to 120 s) makes 3 or
+// 4 attempts in the first 4 s; capped at 200 ms it makes over a dozen.
+func TestEtcdReconnectBackoff(t *testing.T) {
+	t.Parallel()
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
+	defer cancel()
+	f := Etcd{Endpoints: []string{px.Endpoint()}, DialTimeout: testutil.Timeout(5 * time.Second), ReconnectMaxDelay: 200 * time.Millisecond}
+	cli, err := f.Client(ctx, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Get(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	px.Cut()
+	before := px.Accepted()
+	time.Sleep(4 * time.Second)
+	if n := px.Accepted() - before; n < 8 {
+		t.Errorf("%d connection attempts in 4 s with etcd unreachable, want at least 8 (one per 200 ms, less jitter)", n)
+	}
+	px.Restore(e.Endpoints[0])
+	if _, err := cli.Get(ctx, "k"); err != nil {
+		t.Fatalf("after etcd came back: %v", err)
+	}
+}

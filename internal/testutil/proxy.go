@@ -19,8 +19,8 @@ type Proxy struct {
 	hung   bool
 	// accepted counts the connections accepted, refused ones included.
 	accepted int
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	conns    map[net.Conn]struct{}
+	wg       sync.WaitGroup
 }
 
 // StartProxy listens on a free loopback port and forwards every connection

@@ -82,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		}),
 		staleWarnings: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindex_indexd_stale_total",
-			Help: "Times the last progress from etcd grew older than --stale-log-after (each logged once).",
+			Help: "Times the last progress from etcd grew older than --stale-log-after, or a list of etcd went unanswered that long (each logged).",
 		}),
 		tokenLeftOut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindex_indexd_token_lookup_left_out_total",

@@ -47,7 +47,24 @@ type reflector struct {
 	// proof that the index was current: a published list, a watch event
 	// or a progress notification; 0 before the first list.
 	progress atomic.Int64
+	// listBegan is the clock's time, in Unix nanoseconds, when the list in
+	// progress began (0: none), and listStep the call it waits on: the
+	// monitor warns of a list etcd does not answer, which would otherwise
+	// wait silently (a Get waits for a connection as long as its context).
+	listBegan atomic.Int64
+	listStep  atomic.Pointer[string]
 }
+
+// The list's steps, as its slow-list warning names them.
+var (
+	stepEndpoints = "reading endpoints/"
+	stepOffsets   = "reading offsets/"
+	stepChunks    = "reading chunks/"
+)
+
+// listWarnEvery is how often, in multiples of StaleLogAfter, a list that
+// is still running is warned of again.
+const listWarnEvery = 6
 
 // markProgress records that the index is current as of now.
 func (r *reflector) markProgress() { r.markProgressAt(r.cfg.Clock.Now()) }
@@ -89,11 +106,31 @@ func (r *reflector) monitor(ctx context.Context) {
 	t := r.cfg.Clock.NewTicker(r.cfg.ProgressInterval)
 	defer t.Stop()
 	stale := false
+	var warnedList int64 // listBegan of the list last warned of
+	var listWarned time.Duration
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.Chan():
+		}
+		if began := r.listBegan.Load(); began != 0 {
+			waited := r.cfg.Clock.Since(time.Unix(0, began))
+			if began != warnedList {
+				warnedList, listWarned = began, 0
+			}
+			if waited > r.cfg.StaleLogAfter && (listWarned == 0 || waited-listWarned >= listWarnEvery*r.cfg.StaleLogAfter) {
+				if listWarned == 0 {
+					r.m.staleWarnings.Inc()
+				}
+				listWarned = waited
+				step := ""
+				if p := r.listStep.Load(); p != nil {
+					step = *p
+				}
+				r.log.Warn("listing etcd is taking long: no answer yet, still waiting", "step", step,
+					"waited", waited.Round(time.Millisecond), "etcd", r.cli.Endpoints(), "revision", r.revision())
+			}
 		}
 		age := r.progressAge()
 		switch {
@@ -216,17 +253,22 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 		}
 		r.m.listedKeys.Add(float64(len(kvs)))
 	}
+	r.listBegan.Store(r.cfg.Clock.Now().UnixNano())
+	defer r.listBegan.Store(0)
+	r.listStep.Store(&stepEndpoints)
 	resp, err := r.cli.Get(ctx, r.ks.EndpointsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return nil, fmt.Errorf("listing endpoints: %w", err)
 	}
 	rev := resp.Header.Revision
 	apply(resp.Kvs)
+	r.listStep.Store(&stepOffsets)
 	resp, err = r.cli.Get(ctx, r.ks.OffsetsPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev))
 	if err != nil {
 		return nil, fmt.Errorf("listing offsets at revision %d: %w", rev, err)
 	}
 	apply(resp.Kvs)
+	r.listStep.Store(&stepChunks)
 
 	bounds := ix.EndpointPrefixes()
 	slices.Sort(bounds)

@@ -3,6 +3,9 @@ package indexd
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -219,4 +222,47 @@ func TestStaleReplicaStillAnswersClientSearch(t *testing.T) {
 		t.Fatalf("Lookup on a stale replica: %v; want an answer from the last state", err)
 	}
 	px.Restore(testutil.HostPort(e.Endpoints[0]))
+}
+
+// TestSlowListWarns: a replica whose first list etcd does not answer says
+// so in its log, naming the call it waits on, instead of staying silent
+// until the list completes (47 s of nothing in a fault attack), and lists
+// once etcd answers.
+func TestSlowListWarns(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	px.Cut()
+	var logs lockedLog
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
+		c.ProgressInterval = 20 * time.Millisecond
+		c.StaleLogAfter = 100 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	waitFor(t, "the slow-list warning", func() bool { return promtest.ToFloat64(r.srv.m.staleWarnings) == 1 })
+	if got := logs.String(); !strings.Contains(got, `msg="listing etcd is taking long: no answer yet, still waiting" step="reading endpoints/"`) {
+		t.Fatalf("log = %q, want the slow-list warning naming its step", got)
+	}
+	px.Restore(testutil.HostPort(e.Endpoints[0]))
+	r.waitServing(t)
+	if n := promtest.ToFloat64(r.srv.m.staleWarnings); n != 1 {
+		t.Errorf("stale warnings = %v, want 1 (one per list, the next a while later)", n)
+	}
+}
+
+// lockedLog collects log output written from the replica's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

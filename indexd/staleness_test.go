@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -232,7 +231,7 @@ func TestSlowListWarns(t *testing.T) {
 	e := testutil.StartEtcd(t)
 	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
 	px.Cut()
-	var logs lockedLog
+	var logs testutil.LogBuffer
 	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
 		c.ProgressInterval = 20 * time.Millisecond
 		c.StaleLogAfter = 100 * time.Millisecond
@@ -249,20 +248,3 @@ func TestSlowListWarns(t *testing.T) {
 	}
 }
 
-// lockedLog collects log output written from the replica's goroutines.
-type lockedLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}

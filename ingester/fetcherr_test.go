@@ -29,7 +29,7 @@ func TestDeletedTopicFetchErrors(t *testing.T) {
 	cfg := e.config(t, topic, "g-deleted", "/kvindex/deleted/")
 	reg := prometheus.NewRegistry()
 	cfg.Registry = reg
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r := start(t, cfg)
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,

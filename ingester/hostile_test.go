@@ -1,11 +1,9 @@
 package ingester
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,24 +15,6 @@ import (
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
 	"github.com/kvindex/kvindex/internal/testutil"
 )
-
-// lockedBuffer collects log output written from the ingester's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestHostileRecords sends records built to break the ingester (found by
 // attacking a running stack) between two valid ones, on one partition: each
@@ -48,7 +28,7 @@ func TestHostileRecords(t *testing.T) {
 	cfg := e.config(t, topic, "g-hostile", "/kvindex/hostile/")
 	reg := prometheus.NewRegistry()
 	cfg.Registry = reg
-	var logs lockedBuffer
+	var logs testutil.LogBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	start(t, cfg)
 

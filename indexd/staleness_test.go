@@ -247,4 +247,3 @@ func TestSlowListWarns(t *testing.T) {
 		t.Errorf("stale warnings = %v, want 1 (one per list, the next a while later)", n)
 	}
 }
-

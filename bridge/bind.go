@@ -209,13 +209,24 @@ func (h *hub) serve(ctx context.Context, c *bindConn) {
 			b.log.Warn("publisher message skipped: want frames [topic, seq(8 bytes), payload]", "remote", c.remote, "frames", len(f))
 			continue
 		}
-		p := c.pods[string(f[0])]
-		if p == nil {
-			if p = h.attach(ctx, c, string(f[0]), f[2]); p == nil {
+		topic := string(f[0])
+		ev := inEvent{kind: evMessage, seq: binary.BigEndian.Uint64(f[1]), payload: f[2]}
+		p := c.pods[topic]
+		d := orphaned
+		if p != nil {
+			d = p.deliver(ctx, c, ev)
+		}
+		if d == orphaned {
+			// No pod yet on this connection, or its pod lost the
+			// connection that had taken it over, or was forgotten: this
+			// live connection carries it (again).
+			delete(c.pods, topic)
+			if p = h.attach(ctx, c, topic, f[2]); p == nil {
 				continue
 			}
+			d = p.deliver(ctx, c, ev)
 		}
-		if !p.deliver(ctx, c, inEvent{kind: evMessage, seq: binary.BigEndian.Uint64(f[1]), payload: f[2]}) {
+		if d == stale {
 			b.m.skipped.WithLabelValues(skipStale).Inc()
 		}
 		if ctx.Err() != nil {
@@ -347,16 +358,33 @@ func (p *pod) take(ctx context.Context, c *bindConn) bool {
 	return true
 }
 
-// deliver hands ev to the sequencer if c still carries the pod; false
-// when c's messages for it are stale (another connection took it over).
-func (p *pod) deliver(ctx context.Context, c *bindConn, ev inEvent) bool {
+// delivery is what deliver made of a message.
+type delivery uint8
+
+const (
+	// delivered: handed to the pod's sequencer.
+	delivered delivery = iota
+	// stale: another connection carries the pod (it took it over), so
+	// this one's messages are dropped and counted.
+	stale
+	// orphaned: the pod has no connection (the one that took it over
+	// went away) or was forgotten (pod idle timeout): the caller attaches
+	// the message's connection, which is alive, to carry it again.
+	orphaned
+)
+
+// deliver hands ev to the sequencer if c carries the pod.
+func (p *pod) deliver(ctx context.Context, c *bindConn, ev inEvent) delivery {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.closed || p.cur != c {
-		return p.closed
+	switch {
+	case p.closed || p.cur == nil:
+		return orphaned
+	case p.cur != c:
+		return stale
 	}
 	send(ctx, p.in, ev)
-	return true
+	return delivered
 }
 
 // detach ends c's carrying of the pod, if it still does.

@@ -389,3 +389,59 @@ func TestBindConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestBindTakenOverPodComesBack: a second connection with a pod's topic
+// takes the pod over; once it goes, the pod's first connection, still
+// publishing, carries it again. Its messages were all dropped as stale
+// before (a fault attack: the real pod left the index within 35 s).
+func TestBindTakenOverPodComesBack(t *testing.T) {
+	e := newBindEnv(t, nil)
+	a := e.addPod(0, 1, true)
+	e.waitConnected(a, 1)
+	e.publish(a, 2)
+	e.checkAll(e.readByPod(2))
+
+	// The impostor: another publisher with a's topic, dialing the bridge,
+	// its replay socket its own.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := enginesim.DefaultConfig()
+	ec.Connect = e.bridgeAddr()
+	ec.Topic = "kv@" + a.pod + "@" + model
+	ec.ReplayListener = l
+	ec.FirstSeq = a.engine.NextSeq()
+	imp, err := enginesim.New(ec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := imp.WaitSubscriptions(e.ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := imp.Publish(e.ctx, enginesim.NewWorkload(99, enginesim.WorkloadConfig{Capacity: 8}).Next().MustEncode()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.consumer.Read(e.ctx, 1); err != nil { // the impostor's batch, a's pod taken over
+		t.Fatal(err)
+	}
+	imp.Close()
+
+	// a goes on publishing: its messages must reach Kafka again.
+	deadline := time.Now().Add(testutil.Timeout(20 * time.Second))
+	for {
+		p := a.wl.Next().MustEncode()
+		if _, err := a.engine.Publish(e.ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		rctx, cancel := context.WithTimeout(e.ctx, 500*time.Millisecond)
+		got, _ := e.consumer.Read(rctx, 1)
+		cancel()
+		if len(got) == 1 && got[0].Key == a.pod {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s's own connection never carried it again: %v messages dropped as stale", a.pod, metric(t, e.cfg, "kvindex_bridge_messages_skipped_total", "reason", "stale_connection"))
+		}
+	}
+}

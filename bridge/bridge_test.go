@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/bridge/bridgetest"
@@ -360,5 +361,27 @@ func TestEngineReplacedUnderLiveConnection(t *testing.T) {
 		"kvindex_bridge_messages_skipped_total{reason=stale_connection}": 1,
 		"kvindex_bridge_engine_connects_total":                           2,
 		"kvindex_bridge_resyncs_total":                                   0,
+	})
+}
+
+// TestEndlessReplayAnswer: a replay answer that only repeats a batch the
+// bridge has produced, never ending, fails once ReplayTimeout passes
+// without a new batch, like a silent one; after the replay attempts the
+// gap is resynced and the live batches flow again. It held the sequencer
+// for good before: no produce and no heartbeat (a fault attack).
+func TestEndlessReplayAnswer(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.config(func(c *bridge.Config) { c.ReplayTimeout = 300 * time.Millisecond })
+	e.start(cfg, true)
+	first := e.publish(3)
+	e.engine.RepeatReplay(50 * time.Millisecond)
+	e.engine.DropNext(2)
+	e.publish(2) // dropped on PUB: a gap, which replay cannot heal
+	rest := e.publish(2)
+	want := cat(first, []rec{control(contract.KindResync)}, rest)
+	check(t, "records", want, e.read(len(want)))
+	checkMetrics(t, cfg, map[string]float64{
+		"kvindex_bridge_gaps_total":                         1,
+		"kvindex_bridge_resyncs_total{reason=unhealed_gap}": 1,
 	})
 }

@@ -150,7 +150,9 @@ type Config struct {
 	// Default 5 s; must be positive.
 	DialTimeout time.Duration
 	// ReplayTimeout is how long to wait for each message of a replay
-	// answer. Default 5 s; must be positive.
+	// answer, and for a new batch in it: an answer that only repeats
+	// batches already produced fails too once this passes. Default 5 s;
+	// must be positive.
 	ReplayTimeout time.Duration
 	// ReplayAttempts is how many replay requests in a row may make no
 	// progress before the bridge gives up healing and produces a resync.

@@ -313,7 +313,14 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 	}
 	defer rs.close()
 	first := true
+	// An answer that brings nothing new for as long as one message may
+	// take is stalled (an engine resending old batches without end), and
+	// fails like a silent one: the sequencer must not wait on it forever.
+	lastNew := time.Now()
 	for {
+		if time.Since(lastNew) > b.cfg.ReplayTimeout {
+			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: no new batch for %v (only batches already produced)", errReplay, from, b.cfg.ReplayTimeout)
+		}
 		seq, payload, end, err := rs.next()
 		if err != nil {
 			return replayIncomplete, progressed, fmt.Errorf("%w: from seq %d: %v", errReplay, from, err)
@@ -365,6 +372,7 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 				return replayIncomplete, progressed, err
 			}
 			progressed = true
+			lastNew = time.Now()
 		case seq < s.next:
 			b.m.duplicates.WithLabelValues(sourceReplay).Inc()
 		default:

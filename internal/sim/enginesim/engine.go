@@ -72,13 +72,16 @@ type Engine struct {
 	head, n    int
 	dropNext   int
 	replayDrop struct{ after, n int }
-	subs       map[*subscriber]struct{}
-	conns      map[net.Conn]struct{}
-	pubL       net.Listener // nil with Config.Connect
-	replayL    net.Listener
-	stopDial   chan struct{} // closed to stop the current process's dial loop
-	pubAddr    string
-	replayAddr string
+	// replayRepeat, when positive, makes the replay answers resend their
+	// first batch at this interval without end (RepeatReplay).
+	replayRepeat time.Duration
+	subs         map[*subscriber]struct{}
+	conns        map[net.Conn]struct{}
+	pubL         net.Listener // nil with Config.Connect
+	replayL      net.Listener
+	stopDial     chan struct{} // closed to stop the current process's dial loop
+	pubAddr      string
+	replayAddr   string
 	// givenReplayL is Config.ReplayListener until the first start serves
 	// on it.
 	givenReplayL net.Listener
@@ -247,6 +250,16 @@ func (e *Engine) DropReplay(after, n int) {
 	e.replayDrop.after, e.replayDrop.n = after, n
 }
 
+// RepeatReplay makes every replay answer from now on a buggy engine's:
+// it sends its first batch, then the same batch again every interval,
+// and never the end marker, until the bridge closes the connection.
+// Reset by Restart.
+func (e *Engine) RepeatReplay(interval time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.replayRepeat = interval
+}
+
 // WaitSubscribed blocks until at least n subscribers have subscribed to a
 // prefix of the topic, or ctx ends.
 func (e *Engine) WaitSubscribed(ctx context.Context, n int) error {
@@ -316,7 +329,7 @@ func (e *Engine) DisconnectAll() {
 // Restart simulates a new engine process on the same addresses: it stops
 // the current one (closing every connection, so subscribers see it go),
 // clears the replay buffer, resets the sequence number to 0 and listens
-// again. Fault knobs (DropNext, DropReplay) are reset too.
+// again. Fault knobs (DropNext, DropReplay, RepeatReplay) are reset too.
 func (e *Engine) Restart(ctx context.Context) error {
 	e.restartMu.Lock()
 	defer e.restartMu.Unlock()
@@ -326,6 +339,7 @@ func (e *Engine) Restart(ctx context.Context) error {
 	e.mu.Lock()
 	e.seq, e.head, e.n, e.dropNext = e.cfg.FirstSeq, 0, 0, 0
 	e.replayDrop.after, e.replayDrop.n = 0, 0
+	e.replayRepeat = 0
 	clear(e.ring)
 	e.stats.Restarts++
 	e.mu.Unlock()
@@ -610,6 +624,17 @@ func (e *Engine) serveReplay(raw net.Conn) {
 		}
 		start := binary.BigEndian.Uint64(f[1])
 		entries, after, drop := e.snapshot(start)
+		e.mu.Lock()
+		repeat := e.replayRepeat
+		e.mu.Unlock()
+		if repeat > 0 && len(entries) > 0 {
+			for {
+				if err := zc.SendMsg(e.replayMsg([]byte(e.cfg.Topic), entries[0].seq, entries[0].payload)); err != nil {
+					return
+				}
+				time.Sleep(repeat)
+			}
+		}
 		sent := 0
 		for i, en := range entries {
 			if i >= after && i < after+drop {

@@ -1,8 +1,12 @@
 package bridge_test
 
 import (
+	"context"
+	"net"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/internal/testutil"
@@ -47,5 +51,48 @@ func TestGoodbyeBoundedWithKafkaAndEngineDown(t *testing.T) {
 	checkMetrics(t, cfg, map[string]float64{
 		"kvindex_bridge_shutdowns_total{outcome=engine_gone}":              1,
 		"kvindex_bridge_records_lost_total{reason=shutdown_flush_timeout}": 1,
+	})
+}
+
+// TestUnsentCountedBeforeExit: with the broker hung, the records a
+// shutdown flush gives up on are counted lost while the bridge still runs
+// (here in its grace period), so a scrape can see them. (A fault attack
+// scraped 251 buffered records and no loss 8 s into a stop: that was
+// before its two 5 s flush timeouts had passed.)
+func TestUnsentCountedBeforeExit(t *testing.T) {
+	e := newEnv(t, nil)
+	px := testutil.StartProxy(t, e.kafka.Brokers[0])
+	cfg := e.config(func(c *bridge.Config) {
+		c.GracePeriod = 3 * time.Second
+		c.FlushTimeout = 300 * time.Millisecond
+		// Every connection to the broker goes through the proxy.
+		c.KafkaOptions = append(c.KafkaOptions, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, network, px.Addr())
+		}))
+	})
+	r := e.start(cfg, true)
+	check(t, "batches", e.publish(2), e.read(2))
+	waitMetric(t, e.ctx, cfg, "kvindex_bridge_records_produced_total", 2, "kind", "batch")
+	px.Hang()    // the broker stops answering (SIGSTOP): produces stay in flight
+	e.publish(3) // buffered
+	waitMetric(t, e.ctx, cfg, "kvindex_bridge_buffered_records", 3)
+	stopped := make(chan error, 1)
+	go func() { stopped <- r.Stop() }()
+	deadline := time.Now().Add(testutil.Timeout(10 * time.Second))
+	for metric(t, cfg, "kvindex_bridge_records_lost_total", "reason", "shutdown_flush_timeout") < 3 {
+		select {
+		case <-stopped:
+			t.Fatal("Run returned before the unsent records were counted lost")
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the unsent records were never counted lost while the bridge ran")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	<-stopped
+	checkMetrics(t, cfg, map[string]float64{
+		"kvindex_bridge_records_lost_total{reason=shutdown_flush_timeout}": 3,
 	})
 }

@@ -1,12 +1,8 @@
 package bridge_test
 
 import (
-	"context"
-	"net"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/bridge"
 	"github.com/kvindex/kvindex/internal/testutil"
@@ -65,11 +61,7 @@ func TestUnsentCountedBeforeExit(t *testing.T) {
 	cfg := e.config(func(c *bridge.Config) {
 		c.GracePeriod = 3 * time.Second
 		c.FlushTimeout = 300 * time.Millisecond
-		// Every connection to the broker goes through the proxy.
-		c.KafkaOptions = append(c.KafkaOptions, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, network, px.Addr())
-		}))
+		c.KafkaOptions = append(c.KafkaOptions, px.KafkaDialer())
 	})
 	r := e.start(cfg, true)
 	check(t, "batches", e.publish(2), e.read(2))

@@ -2,11 +2,8 @@ package ingester
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
-
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/ingesttest"
 	"github.com/kvindex/kvindex/internal/sim/refmodel"
@@ -26,12 +23,7 @@ func TestStopWithHungBroker(t *testing.T) {
 	defer cancel()
 	px := testutil.StartProxy(t, e.kafka.Brokers[0])
 	cfg := e.config(t, topic, "g-hung", "/kvindex/hung/")
-	// Every connection to the broker, the seed and the ones metadata
-	// names, goes through the proxy.
-	cfg.KafkaOptions = append(cfg.KafkaOptions, kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
-		var d net.Dialer
-		return d.DialContext(ctx, network, px.Addr())
-	}))
+	cfg.KafkaOptions = append(cfg.KafkaOptions, px.KafkaDialer())
 	r := start(t, cfg)
 	ingesttest.WaitApplied(t, ctx, e.etcd.Client, cfg.Keyspace, topic,
 		ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "p", time.Now(), 1)}))

@@ -805,9 +805,7 @@ func (d *Decoder) tokens(s *eventState, name string) ([]int64, error) {
 func (d *Decoder) rawInts(out []int64, n int) ([]int64, int, error) {
 	b := d.r.rest()
 	base := len(out)
-	if cap(out)-base < n {
-		out = slices.Grow(out, n)
-	}
+	out = slices.Grow(out, n)
 	dst := out[base : base+n] // written by index: no append's capacity check per id
 	i, k := 0, 0
 	defer func() { d.r.advance(i) }()

@@ -1,11 +1,14 @@
 package testutil
 
 import (
+	"context"
 	"io"
 	"net"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Proxy is a TCP proxy a test puts between a component and a server (etcd,
@@ -60,6 +63,16 @@ func (p *Proxy) Accepted() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted
+}
+
+// KafkaDialer is a franz-go option that dials every broker connection,
+// the seed's and those metadata names, through the proxy: a kfake
+// cluster advertises its own address, which would bypass it.
+func (p *Proxy) KafkaDialer() kgo.Opt {
+	return kgo.Dialer(func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, p.Addr())
+	})
 }
 
 // Endpoint is the proxy's address as an etcd client endpoint URL.

@@ -44,9 +44,15 @@ type reflector struct {
 	// onReady runs once, after the first list is published.
 	onReady func()
 	// progress is the clock's time, in Unix nanoseconds, of the last
-	// proof that the index was current: a published list, a watch event
-	// or a progress notification; 0 before the first list.
+	// proof that the index was current: a published list, a watch
+	// delivery while deliveries keep coming (delivered), or a progress
+	// check the index has caught up with (proof); 0 before the first
+	// list.
 	progress atomic.Int64
+	// proof is the progress check that the index had not reached when its
+	// answer came (nil: none): it counts once the watch applies its
+	// revision.
+	proof atomic.Pointer[progressProof]
 	// listBegan is the clock's time, in Unix nanoseconds, when the list in
 	// progress began (0: none), and listStep the call it waits on: the
 	// monitor warns of a list etcd does not answer, which would otherwise
@@ -79,6 +85,57 @@ func (r *reflector) markProgressAt(t time.Time) {
 			return
 		}
 	}
+}
+
+// progressProof is a progress check's answer: etcd's revision when a
+// linearizable Get sent at sent was answered. An index that has applied
+// rev was current at sent.
+type progressProof struct {
+	rev  int64
+	sent time.Time
+}
+
+// deliveryGap is the longest silence after which a watch delivery still
+// counts as progress: twice the progress interval, the longest a healthy
+// watch goes without a delivery or a proof (the requester checks once an
+// interval has passed without either, every interval).
+func (r *reflector) deliveryGap() time.Duration { return 2 * r.cfg.ProgressInterval }
+
+// delivered records what a watch delivery, now applied to ix, proves. It
+// counts as progress (current as of now) only while deliveries or proofs
+// keep coming, at most deliveryGap apart. After a longer silence, what
+// arrives may have waited in buffers (a process paused by SIGSTOP or
+// starved of CPU reads its socket's backlog as new), so it does not count:
+// a progress check sent after the silence (requestProgress) proves the
+// index current once the index reaches the check's revision, and from
+// then on deliveries count again. Checked either way: a pending proof the
+// index has now reached.
+func (r *reflector) delivered(ix *index.Index) {
+	if p := r.proof.Load(); p != nil && ix.Revision() >= p.rev {
+		r.markProgressAt(p.sent)
+		r.proof.CompareAndSwap(p, nil)
+	}
+	if age := r.progressAge(); age <= r.deliveryGap() {
+		r.markProgress()
+	}
+}
+
+// proved records a progress check's answer (a linearizable Get answered
+// at rev, sent at sent): progress at sent if ix has applied rev, else a
+// pending proof that delivered counts once it has. An older check still
+// pending is kept: revisions only grow, so it resolves no later.
+func (r *reflector) proved(ix *index.Index, rev int64, sent time.Time) {
+	if rev <= ix.Revision() {
+		r.markProgressAt(sent)
+		return
+	}
+	old := r.proof.Load()
+	if old != nil && old.rev > ix.Revision() {
+		return
+	}
+	// Lost only to delivered clearing old meanwhile; the next check sets
+	// one again.
+	r.proof.CompareAndSwap(old, &progressProof{rev: rev, sent: sent})
 }
 
 // progressTime is the time of the last progress, zero before the first.
@@ -367,13 +424,13 @@ func (r *reflector) watch(ctx context.Context, ix *index.Index) (bool, error) {
 		if resp.IsProgressNotify() {
 			// Every event up to the header's revision has been delivered.
 			ix.Write(resp.Header.Revision, func() {})
-			r.markProgress()
+			r.delivered(ix)
 			continue
 		}
 		if err := r.apply(ix, resp.Events); err != nil {
 			return progressed, err
 		}
-		r.markProgress()
+		r.delivered(ix)
 	}
 	return progressed, errWatchClosed
 }
@@ -412,10 +469,11 @@ func (r *reflector) needsPrev(ev *clientv3.Event) bool {
 // the store has reached its start revision, which an idle keyspace never
 // does (the watch starts at the listed revision + 1):
 //
-//   - Watcher.RequestProgress: a notification that comes back marks
-//     progress (watch);
-//   - a linearizable count-only Get: when its revision is one the index
-//     has already applied, the index was current when the Get was sent.
+//   - Watcher.RequestProgress: a notification that comes back is a
+//     delivery (delivered) that brings the index to its revision;
+//   - a linearizable count-only Get (proved): once the index has applied
+//     its revision, the index was current when the Get was sent. This is
+//     the proof that still counts after a silence, when deliveries do not.
 //
 // A failed attempt is retried at the next tick; the watch's own error, if
 // any, ends the watch.
@@ -435,7 +493,7 @@ func (r *reflector) requestProgress(ctx context.Context, ix *index.Index) {
 			r.log.Debug("requesting watch progress failed", "err", err)
 		}
 		sent := r.cfg.Clock.Now()
-		gctx, cancel := context.WithTimeout(ctx, progressGetTimeout)
+		gctx, cancel := context.WithTimeout(ctx, r.checkTimeout())
 		resp, err := r.cli.Get(gctx, r.ks.Prefix(), clientv3.WithCountOnly())
 		cancel()
 		if err != nil {
@@ -444,16 +502,17 @@ func (r *reflector) requestProgress(ctx context.Context, ix *index.Index) {
 			}
 			continue
 		}
-		if resp.Header.Revision <= ix.Revision() {
-			r.markProgressAt(sent)
-		}
+		r.proved(ix, resp.Header.Revision, sent)
 	}
 }
 
-// progressGetTimeout bounds one progress check's Get: long enough for a
-// loaded etcd, short enough that a dead one does not delay the next tick
-// much.
-const progressGetTimeout = 2 * time.Second
+// checkTimeout bounds one progress check's Get: two progress intervals
+// (the next check is due by then), at least 500 ms and at most 2 s: long
+// enough for a loaded etcd, short enough that a dead one does not delay
+// the next check much.
+func (r *reflector) checkTimeout() time.Duration {
+	return min(max(2*r.cfg.ProgressInterval, 500*time.Millisecond), 2*time.Second)
+}
 
 // apply applies events, one revision at a time: each revision's events
 // under one hold of the write lock, so readers see whole revisions only,

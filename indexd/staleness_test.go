@@ -3,11 +3,14 @@ package indexd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -246,4 +249,98 @@ func TestSlowListWarns(t *testing.T) {
 	if n := promtest.ToFloat64(r.srv.m.staleWarnings); n != 1 {
 		t.Errorf("stale warnings = %v, want 1 (one per list, the next a while later)", n)
 	}
+}
+
+// TestDeliveriesAfterSilenceNeedProof: events that reach a replica after a
+// silence (here held by a paused proxy, as a SIGSTOPped or CPU-starved
+// process finds its socket's backlog) are applied but do not make the
+// index current "now": they may have waited. Only a progress check sent
+// after the silence, once the index has applied its revision, does. Before,
+// every delivery marked progress at its arrival, so a paused replica with
+// a backlog said "current again" and put a fresh progress_time on answers
+// while it was still behind.
+func TestDeliveriesAfterSilenceNeedProof(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	w := newWriter(t, e.Client)
+	s := newStream(t, w, 7)
+	clk := clockwork.NewFakeClock()
+	var logs testutil.LogBuffer
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
+		c.Clock = clk
+		c.ProgressInterval = 100 * time.Millisecond
+		c.StaleLogAfter = 200 * time.Millisecond
+		c.MaxStaleness = 250 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	r.waitServing(t)
+	s.step(10)
+	s.check(r)
+	before := clk.Now()
+	if p := progressOf(t, r); !p.Equal(before) {
+		t.Fatalf("progress_time %v before the silence, want the clock's %v", p, before)
+	}
+
+	px.Pause()
+	s.step(20)
+	// Three progress intervals of silence, one at a time: each tick's
+	// check goes unanswered until it gives up (checkTimeout), so none is
+	// left to be answered after the pause.
+	for i := 1; i <= 3; i++ {
+		clk.Advance(100 * time.Millisecond)
+		waitFor(t, fmt.Sprintf("progress check %d, sent in the silence, to give up", i), func() bool {
+			return strings.Count(logs.String(), "checking watch progress failed") == i
+		})
+	}
+	px.Resume()
+	s.check(r) // what waited is applied
+	if p := progressOf(t, r); !p.Equal(before) {
+		t.Fatalf("progress_time %v after deliveries that waited, want %v: only a check sent after the silence proves the index current", p, before)
+	}
+	if err := r.srv.Ready(); !errors.Is(err, ErrStale) {
+		t.Fatalf("Ready() = %v before any proof, want ErrStale", err)
+	}
+
+	clk.Advance(100 * time.Millisecond)
+	proved := clk.Now()
+	waitFor(t, "a progress check to prove the index current", func() bool { return progressOf(t, r).Equal(proved) })
+	if err := r.srv.Ready(); err != nil {
+		t.Fatalf("Ready() = %v after the proof", err)
+	}
+	r.stop()
+}
+
+// TestBusyReplicaRecoversAfterSilence: a replica whose keyspace keeps
+// changing, paused past --max-staleness, is ready again soon after it
+// runs: deliveries do not count after the silence, so the proof must come
+// from a progress check the watch catches up with while writes go on.
+func TestBusyReplicaRecoversAfterSilence(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	px := testutil.StartProxy(t, testutil.HostPort(e.Endpoints[0]))
+	w := newWriter(t, e.Client)
+	s := newStream(t, w, 9)
+	r := startReplica(t, ownClient(t, []string{px.Endpoint()}), func(c *Config) {
+		c.ProgressInterval = 20 * time.Millisecond
+		c.StaleLogAfter = 100 * time.Millisecond
+		c.MaxStaleness = 200 * time.Millisecond
+	})
+	r.waitServing(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // the only user of s until wg.Wait
+		defer wg.Done()
+		for ctx.Err() == nil {
+			s.step(1)
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	px.Pause()
+	waitFor(t, "Ready to report staleness", func() bool { return errors.Is(r.srv.Ready(), ErrStale) })
+	px.Resume()
+	waitFor(t, "Ready while writes go on", func() bool { return r.srv.Ready() == nil })
+	cancel()
+	wg.Wait()
+	s.check(r)
+	r.stop()
 }

@@ -20,6 +20,9 @@ type Proxy struct {
 	target string
 	down   bool
 	hung   bool
+	// paused, when not nil, holds every forwarder until it is closed
+	// (Resume, Cut).
+	paused chan struct{}
 	// accepted counts the connections accepted, refused ones included.
 	accepted int
 	conns    map[net.Conn]struct{}
@@ -119,6 +122,9 @@ func (p *Proxy) forward(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 {
+			p.waitResumed()
+		}
 		if n > 0 && !p.isHung() {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
@@ -145,11 +151,50 @@ func (p *Proxy) Hang() {
 	p.hung = true
 }
 
+// waitResumed returns once the proxy is not paused.
+func (p *Proxy) waitResumed() {
+	p.mu.Lock()
+	ch := p.paused
+	p.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// Pause stops forwarding, either way, without losing anything: what is
+// read waits (up to one 32 KiB buffer per direction; the rest backs up in
+// the sockets, so the sender sees flow control) until Resume, when it all
+// arrives at once. It is what a process stopped by SIGSTOP, or starved of
+// CPU, sees when it runs again: its socket's backlog, read as new. Cut
+// ends it too.
+func (p *Proxy) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.paused == nil {
+		p.paused = make(chan struct{})
+	}
+}
+
+// Resume forwards again what Pause held, and everything after it.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.resumeLocked()
+}
+
+func (p *Proxy) resumeLocked() {
+	if p.paused != nil {
+		close(p.paused)
+		p.paused = nil
+	}
+}
+
 // Cut closes every proxied connection and refuses new ones.
 func (p *Proxy) Cut() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = true
+	p.resumeLocked()
 	for c := range p.conns {
 		c.Close()
 		delete(p.conns, c)

@@ -385,3 +385,39 @@ func TestEndlessReplayAnswer(t *testing.T) {
 		"kvindex_bridge_resyncs_total{reason=unhealed_gap}": 1,
 	})
 }
+
+// TestReplayBackoffAfterFailedHeal: once a heal has failed, later live
+// gaps are resynced at once for ReplayBackoff instead of waiting on the
+// replay socket again (ReplayAttempts × ReplayTimeout each). Before, a
+// replay socket that never gave a usable answer held the stream that long
+// at every gap, and with a small engine high-water mark the PUB overflow
+// during the wait made the next gap: a resync every 15 s for as long as
+// replay stayed broken. After the backoff, a gap asks again, and a replay
+// that answers ends it.
+func TestReplayBackoffAfterFailedHeal(t *testing.T) {
+	e := newEnv(t, nil)
+	cfg := e.config(func(c *bridge.Config) {
+		c.ReplayTimeout = 200 * time.Millisecond
+		c.ReplayAttempts = 2
+		c.ReplayBackoff, c.MaxReplayBackoff = time.Hour, time.Hour
+	})
+	e.start(cfg, true)
+	first := e.publish(3)
+	e.engine.RepeatReplay(20 * time.Millisecond)
+	e.engine.DropNext(2)
+	e.publish(2) // a gap the broken replay cannot heal
+	second := e.publish(2)
+	e.engine.DropNext(1)
+	e.publish(1) // a second gap, while replay is backed off
+	third := e.publish(2)
+	want := cat(first, []rec{control(contract.KindResync)}, second, []rec{control(contract.KindResync)}, third)
+	check(t, "records", want, e.read(len(want)))
+	checkMetrics(t, cfg, map[string]float64{
+		"kvindex_bridge_gaps_total":                           2,
+		"kvindex_bridge_resyncs_total{reason=unhealed_gap}":   1,
+		"kvindex_bridge_resyncs_total{reason=replay_backoff}": 1,
+		// Two requests for the first gap (ReplayAttempts), none for the
+		// second.
+		"kvindex_bridge_replay_requests_total{outcome=error}": 2,
+	})
+}

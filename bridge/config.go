@@ -165,6 +165,19 @@ type Config struct {
 	// MaxReconnectBackoff caps ReconnectBackoff's doubling. Default 5 s;
 	// must be at least ReconnectBackoff.
 	MaxReconnectBackoff time.Duration
+	// ReplayBackoff is how long, after a heal of a live gap failed (the
+	// replay socket gave no usable answer in ReplayAttempts tries), later
+	// live gaps are resynced at once without asking it (resync reason
+	// replay_backoff): a replay socket that accepts and never answers
+	// would otherwise hold the stream ReplayAttempts × ReplayTimeout per
+	// gap, long enough for the engine's PUB queue to overflow into the
+	// next gap. It doubles with each failed heal in a row up to
+	// MaxReplayBackoff; a replay that succeeds ends it (a new connection
+	// always asks). Default 10 s; must be positive.
+	ReplayBackoff time.Duration
+	// MaxReplayBackoff caps ReplayBackoff's doubling. Default 5 min; must
+	// be at least ReplayBackoff.
+	MaxReplayBackoff time.Duration
 
 	// Logger receives the bridge's logs; nil discards them.
 	Logger *slog.Logger
@@ -204,6 +217,8 @@ func DefaultConfig() Config {
 		ReplayAttempts:      3,
 		ReconnectBackoff:    100 * time.Millisecond,
 		MaxReconnectBackoff: 5 * time.Second,
+		ReplayBackoff:       10 * time.Second,
+		MaxReplayBackoff:    5 * time.Minute,
 		TopicPattern:        DefaultTopicPattern,
 		MaxPods:             1024,
 		MaxConnections:      2048,
@@ -279,7 +294,7 @@ func (c Config) Validate() error {
 	}{
 		{"HeartbeatInterval", c.HeartbeatInterval}, {"ProbeInterval", c.ProbeInterval},
 		{"FlushTimeout", c.FlushTimeout}, {"DialTimeout", c.DialTimeout}, {"ReplayTimeout", c.ReplayTimeout},
-		{"ReconnectBackoff", c.ReconnectBackoff},
+		{"ReconnectBackoff", c.ReconnectBackoff}, {"ReplayBackoff", c.ReplayBackoff},
 	} {
 		if d.v <= 0 {
 			return bad("%s %v: want a positive duration", d.name, d.v)
@@ -290,6 +305,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxReconnectBackoff < c.ReconnectBackoff {
 		return bad("MaxReconnectBackoff %v: want at least ReconnectBackoff (%v)", c.MaxReconnectBackoff, c.ReconnectBackoff)
+	}
+	if c.MaxReplayBackoff < c.ReplayBackoff {
+		return bad("MaxReplayBackoff %v: want at least ReplayBackoff (%v)", c.MaxReplayBackoff, c.ReplayBackoff)
 	}
 	return nil
 }

@@ -17,6 +17,7 @@ const (
 	reasonReconnectNoReplay    = "reconnect_no_replay"    // reconnected without a replay socket
 	reasonReplayFailed         = "replay_failed"          // reconnected and the replay failed
 	reasonReplayOverrun        = "replay_overrun"         // the engine's buffer no longer holds what is missing
+	reasonReplayBackoff        = "replay_backoff"         // a live gap while replay is backed off after a failed heal
 	reasonRecordTooLarge       = "record_too_large"       // a batch over MaxRecordBytes was skipped
 	skipBadFrames              = "bad_frames"             // a PUB message that is not [topic, seq(8), payload]
 	skipTooLarge               = "message_too_large"      // a ZMQ message over MaxMessageBytes
@@ -160,7 +161,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 		m.duplicates: {sourceLive, sourceReplay},
 		m.produced:   {"batch", contract.KindHeartbeat, contract.KindGoodbye, contract.KindResync},
 		m.resyncs: {reasonUnhealedGap, reasonNoReplay, reasonReconnectNoReplay, reasonReplayFailed,
-			reasonReplayOverrun, reasonRecordTooLarge},
+			reasonReplayOverrun, reasonReplayBackoff, reasonRecordTooLarge},
 		m.skipped:       {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
 		m.replays:       {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
 		m.lost:          {lostShutdown, lostNoCell},

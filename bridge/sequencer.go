@@ -82,6 +82,36 @@ type sequencer struct {
 	// was removed).
 	idle      func() bool
 	idleTimer clockwork.Timer
+	// replayBackoff is the current wait after failed heals (0: replay is
+	// trusted), and replayDownUntil the time until which live gaps are
+	// resynced without asking the replay socket (Config.ReplayBackoff).
+	replayBackoff   time.Duration
+	replayDownUntil time.Time
+}
+
+// replayBackingOff reports whether live gaps skip the replay socket now.
+func (s *sequencer) replayBackingOff() bool {
+	return s.replayBackoff > 0 && s.b.clock.Now().Before(s.replayDownUntil)
+}
+
+// healed records how a heal ended: a failure starts (or doubles) the
+// replay backoff, a success ends it.
+func (s *sequencer) healed(err error) {
+	cfg := &s.b.cfg
+	if err == nil {
+		if s.replayBackoff > 0 {
+			s.st.log.Info("replay answered again: live gaps are healed again")
+		}
+		s.replayBackoff, s.replayDownUntil = 0, time.Time{}
+		return
+	}
+	if s.replayBackoff == 0 {
+		s.replayBackoff = cfg.ReplayBackoff
+	} else {
+		s.replayBackoff = min(2*s.replayBackoff, cfg.MaxReplayBackoff)
+	}
+	s.replayDownUntil = s.b.clock.Now().Add(s.replayBackoff)
+	s.st.log.Warn("replay socket failing: live gaps are resynced without asking it for a while", "backoff", s.replayBackoff, "err", err)
 }
 
 // continues reports whether a batch at seq continues the cursor.
@@ -185,8 +215,12 @@ func (s *sequencer) onConnect(ctx context.Context) error {
 		return nil
 	}
 	err := s.heal(ctx)
-	if err == nil || ctx.Err() != nil {
+	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	s.healed(err)
+	if err == nil {
+		return nil
 	}
 	if !resume {
 		// Nothing produced yet: the first live batch starts the stream;
@@ -217,7 +251,11 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 	b.m.gaps.Inc()
 	s.st.log.Info("sequence gap", "expected_seq", s.next, "seq", seq)
 	reason := reasonNoReplay
-	if s.st.replayAddr != "" {
+	switch {
+	case s.st.replayAddr == "":
+	case s.replayBackingOff():
+		reason = reasonReplayBackoff
+	default:
 		reason = reasonUnhealedGap
 		restarts := s.restarts
 		err := s.heal(ctx)
@@ -235,6 +273,7 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 		if err != nil {
 			s.st.log.Warn("healing gap failed", "expected_seq", s.next, "seq", seq, "err", err)
 		}
+		s.healed(err)
 	}
 	if s.known && s.next < seq && !s.continues(seq) {
 		s.st.log.Warn("unhealed gap, producing resync", "missing_from", s.next, "missing_to", seq-1, "reason", reason)

@@ -8,9 +8,11 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/time/rate"
 
 	"github.com/kvindex/kvindex/internal/events"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -50,7 +52,18 @@ type hub struct {
 
 	connWG sync.WaitGroup
 	podWG  sync.WaitGroup
+
+	// refusedLog limits the warning for messages whose topic starts no
+	// stream (no match, no valid names) to one per refusedLogEvery; every
+	// one is counted (kvindex_bridge_unknown_topics_total) and logged at
+	// debug.
+	refusedLog rate.Sometimes
 }
+
+// refusedLogEvery is how often a refused topic is warned of at most: a
+// publisher on the wrong topic sends every batch there, so one line per
+// message would flood the log, and debug alone would hide it.
+const refusedLogEvery = 10 * time.Second
 
 // pod is one topic's stream in the bind mode.
 type pod struct {
@@ -96,7 +109,8 @@ func (b *Bridge) runBind(runCtx, drainCtx context.Context, startFlush func(), ou
 	b.boundAddr.Store(&bound)
 	b.listening.Store(true)
 	b.log.Info("listening for publishers", "addr", bound)
-	h := &hub{b: b, out: out, drainCtx: drainCtx, pods: map[string]*pod{}, conns: map[*bindConn]struct{}{}}
+	h := &hub{b: b, out: out, drainCtx: drainCtx, pods: map[string]*pod{}, conns: map[*bindConn]struct{}{},
+		refusedLog: rate.Sometimes{Interval: refusedLogEvery}}
 	stop := context.AfterFunc(runCtx, func() { l.Close() })
 	defer stop()
 	h.acceptLoop(runCtx, l)
@@ -242,7 +256,7 @@ func (h *hub) attach(ctx context.Context, c *bindConn, topic string, payload []b
 	podName, model, ok := b.topics.match(topic)
 	if !ok {
 		b.m.unknownTopics.WithLabelValues(topicNoMatch).Inc()
-		b.log.Debug("message skipped: topic does not match the pattern", "topic", topic, "pattern", b.cfg.TopicPattern)
+		h.refused("message skipped: topic does not match the pattern", "topic", topic, "pattern", b.cfg.TopicPattern)
 		return nil
 	}
 	if model == "" {
@@ -250,7 +264,7 @@ func (h *hub) attach(ctx context.Context, c *bindConn, topic string, payload []b
 	}
 	if keyspace.ValidateName("pod", podName) != nil || keyspace.ValidateName("model", model) != nil {
 		b.m.unknownTopics.WithLabelValues(topicBadName).Inc()
-		b.log.Debug("message skipped: topic names no valid pod and model", "topic", topic)
+		h.refused("message skipped: topic names no valid pod and model", "topic", topic, "pattern", b.cfg.TopicPattern)
 		return nil
 	}
 	for {
@@ -278,6 +292,19 @@ func (h *hub) attach(ctx context.Context, c *bindConn, topic string, payload []b
 		if ctx.Err() != nil {
 			return nil
 		}
+	}
+}
+
+// refused logs a message whose topic starts no stream: a warning at most
+// every refusedLogEvery (naming where the count is), else at debug.
+func (h *hub) refused(msg string, args ...any) {
+	warned := false
+	h.refusedLog.Do(func() {
+		warned = true
+		h.b.log.Warn(msg+" (warned once per "+refusedLogEvery.String()+"; all counted in kvindex_bridge_unknown_topics_total)", args...)
+	})
+	if !warned {
+		h.b.log.Debug(msg, args...)
 	}
 }
 

@@ -3,8 +3,10 @@ package bridge_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -290,8 +292,13 @@ func TestBindNoReplayResyncsOnlyThatPod(t *testing.T) {
 
 func TestBindUnknownTopicsAndPodLimit(t *testing.T) {
 	// Topics that do not fit the pattern, and pods past MaxPods, are
-	// skipped and counted; the pods within the limit go on.
-	e := newBindEnv(t, func(c *bridge.Config) { c.MaxPods = 2 })
+	// skipped and counted; the pods within the limit go on. A topic that
+	// fits no pattern is warned of once per 10 s, not per message.
+	var logs testutil.LogBuffer
+	e := newBindEnv(t, func(c *bridge.Config) {
+		c.MaxPods = 2
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
 	a := e.addPod(0, 1, true)
 	b := e.addPod(1, 1, true)
 	e.waitConnected(a, 1)
@@ -321,15 +328,20 @@ func TestBindUnknownTopicsAndPodLimit(t *testing.T) {
 	if err := odd.WaitSubscriptions(e.ctx, 1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := odd.Publish(e.ctx, []byte("x")); err != nil {
-		t.Fatal(err)
+	for range 3 {
+		if _, err := odd.Publish(e.ctx, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	a.want, b.want = nil, nil
 	e.publish(a, 2)
 	e.publish(b, 2)
 	e.checkAll(e.readByPod(4))
 	waitMetric(t, e.ctx, e.cfg, "kvindex_bridge_unknown_topics_total", 3, "reason", "too_many_pods")
-	waitMetric(t, e.ctx, e.cfg, "kvindex_bridge_unknown_topics_total", 1, "reason", "no_match")
+	waitMetric(t, e.ctx, e.cfg, "kvindex_bridge_unknown_topics_total", 3, "reason", "no_match")
+	if n := strings.Count(logs.String(), `level=WARN msg="message skipped: topic does not match the pattern`); n != 1 {
+		t.Errorf("%d warnings of the off-pattern topic's 3 messages, want 1:\n%s", n, logs.String())
+	}
 	if err := e.running.Stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,9 @@ type IndexMatch struct {
 // IndexAnswer is one Lookup answer: the candidates holding at least the
 // first block, and ProgressTime, when the answering replica last heard
 // from etcd that its view was current (zero when the replica did not
-// say). The answer reflects every index write made before ProgressTime.
+// say, and for a partial cell-mode answer, whose progress time is only
+// the answering cells'). The answer reflects every index write made
+// before ProgressTime.
 type IndexAnswer struct {
 	Matches      []IndexMatch
 	ProgressTime time.Time

@@ -114,19 +114,38 @@ func (k *KVIndex) Close() error {
 	return k.c.Close()
 }
 
-// IndexedEndpoints implements EndpointLister with one ListEndpointsPage
-// call of at most limit endpoints. Errors are *IndexError.
+// IndexedEndpoints implements EndpointLister: at most limit endpoints of
+// model, walking ListEndpointsPage pages (at most indexedPagesMax of
+// them) until it has limit or the last page. In cell mode the pages go
+// cell by cell, and a cell that holds none of the model's endpoints (a
+// model moving to a new cell, one read first while still empty) gives an
+// empty page that points at the next cell, so the walk must go on past
+// it. Errors are *IndexError.
 func (k *KVIndex) IndexedEndpoints(ctx context.Context, model string, limit int) ([]Identity, error) {
-	page, err := k.c.ListEndpointsPage(ctx, model, max(limit, 1), "")
-	if err != nil {
-		return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
-	}
-	out := make([]Identity, 0, len(page.Endpoints))
-	for _, e := range page.Endpoints {
-		out = append(out, Identity{Pod: e.Endpoint.Pod, Rank: e.Endpoint.DPRank})
+	limit = max(limit, 1)
+	var out []Identity
+	token := ""
+	for range indexedPagesMax {
+		page, err := k.c.ListEndpointsPage(ctx, model, limit-len(out), token)
+		if err != nil {
+			return nil, &IndexError{Kind: clientErrorKind(err), Err: err}
+		}
+		for _, e := range page.Endpoints {
+			out = append(out, Identity{Pod: e.Endpoint.Pod, Rank: e.Endpoint.DPRank})
+		}
+		if len(out) >= limit || page.NextPageToken == "" || page.NextPageToken == token {
+			break
+		}
+		token = page.NextPageToken
 	}
 	return out, nil
 }
+
+// indexedPagesMax bounds the pages one IndexedEndpoints call reads (each
+// one call, all within its context): enough for a model spread over many
+// cells, few enough that a server handing out pages without end cannot
+// hold a check for long.
+const indexedPagesMax = 64
 
 // LookupTokens implements Index with client.LookupTokens. Errors are
 // *IndexError.
@@ -163,7 +182,15 @@ func (k *KVIndex) LookupTokens(ctx context.Context, model string, p Prompt, cand
 			Tiers:     tiers,
 		}
 	}
-	return IndexAnswer{Matches: out, ProgressTime: res.ProgressTime}, nil
+	ans := IndexAnswer{Matches: out, ProgressTime: res.ProgressTime}
+	if res.Partial() {
+		// The progress time is the answering cells' own: it says nothing
+		// of the endpoints of the cells that failed, so a speculative
+		// entry for one of them must not be dropped by it (their TTL
+		// still ends them).
+		ans.ProgressTime = time.Time{}
+	}
+	return ans, nil
 }
 
 // clientErrorKind maps the client's sentinels to metric kinds.

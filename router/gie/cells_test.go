@@ -167,7 +167,7 @@ func TestCellMapIdentityCheckReadsEveryCell(t *testing.T) {
 // cell's endpoint lost its entry to the live cell's progress time.
 func TestCellMapPartialAnswerKeepsSpeculation(t *testing.T) {
 	for name, second := range map[string]func(t *testing.T) string{
-		"cell b down":                 deadTarget,
+		"cell b down":                  deadTarget,
 		"cell b with no progress time": func(t *testing.T) string { return serveCell(t, &listCell{noProgress: true}) },
 	} {
 		t.Run(name, func(t *testing.T) {

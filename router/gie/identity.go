@@ -3,7 +3,6 @@ package gie
 import (
 	"fmt"
 	"math"
-	"net"
 	"strconv"
 	"strings"
 )
@@ -24,7 +23,8 @@ type EndpointRef struct {
 // bridge's --pod for that model server (PodIdentity values).
 const (
 	// PodIdentityAddressPort: "address:port", as the vLLM sidecar example
-	// sets --pod. The default.
+	// sets --pod ($(POD_IP):8000; an IPv6 address is not bracketed). The
+	// default.
 	PodIdentityAddressPort = "address-port"
 	// PodIdentityNamespacedName: "namespace/pod".
 	PodIdentityNamespacedName = "namespaced-name"
@@ -105,7 +105,10 @@ func (m IdentityMapper) Identity(e EndpointRef) (Identity, error) {
 		if base < 1 {
 			return Identity{}, fmt.Errorf("%w: endpoint %s/%s: rank %d below port %d", ErrIdentity, e.Namespace, e.Name, rank, port)
 		}
-		id = net.JoinHostPort(e.Address, strconv.Itoa(base))
+		// Joined as the sidecar's --pod=$(POD_IP):8000 joins them: an
+		// IPv6 address unbracketed (net.JoinHostPort would bracket it, and
+		// no candidate on an IPv6 cluster would match).
+		id = e.Address + ":" + strconv.Itoa(base)
 	case PodIdentityNamespacedName:
 		name := pod
 		if m.Ranks == RanksNone {

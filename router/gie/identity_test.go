@@ -26,7 +26,7 @@ func TestIdentity(t *testing.T) {
 		{"namespaced_name_ranks_none", IdentityMapper{PodIdentity: PodIdentityNamespacedName, Ranks: RanksNone}, ep("vllm-a-rank-1", "8001"), Identity{Pod: "models/vllm-a-rank-1"}, nil},
 		{"pod_name", IdentityMapper{PodIdentity: PodIdentityPodName}, ep("vllm-a-rank-3", "8003"), Identity{Pod: "vllm-a", Rank: 3}, nil},
 		{"pod_name_from_endpoint_name", IdentityMapper{PodIdentity: PodIdentityPodName}, EndpointRef{Name: "vllm-b-rank-2"}, Identity{Pod: "vllm-b", Rank: 2}, nil},
-		{"ipv6", IdentityMapper{}, EndpointRef{Name: "p-rank-0", Address: "fd00::1", Port: "8000"}, Identity{Pod: "[fd00::1]:8000"}, nil},
+		{"ipv6", IdentityMapper{}, EndpointRef{Name: "p-rank-0", Address: "fd00::1", Port: "8000"}, Identity{Pod: "fd00::1:8000"}, nil},
 		{"no_suffix_is_rank_0", IdentityMapper{}, EndpointRef{Name: "plain", Address: "10.0.0.8", Port: "8000"}, Identity{Pod: "10.0.0.8:8000"}, nil},
 		{"malformed_suffix_is_no_rank", IdentityMapper{}, EndpointRef{Name: "p-rank-01", Address: "10.0.0.8", Port: "8001"}, Identity{Pod: "10.0.0.8:8001"}, nil},
 		{"rank_below_port", IdentityMapper{RankPortStride: 9000}, ep("vllm-a-rank-1", "8001"), Identity{}, ErrIdentity},

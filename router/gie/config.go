@@ -124,8 +124,10 @@ type ProducerParams struct {
 	// decision (a pointer, so that an explicit 0s is kept).
 	SpeculativeIndexLag *Duration `json:"speculativeIndexLag,omitempty"`
 	// SpeculativeMaxEntries bounds the remembered (block, endpoint)
-	// entries. Default 200000 (a few MB); at least 1 (speculativeTTL
-	// "0s" turns the entries off).
+	// entries; a prompt of more blocks keeps its leading ones. Default
+	// 200000 (about 30 MB of heap, at 150 B per entry:
+	// BenchmarkSpeculativeMemory); at least 1 (speculativeTTL "0s" turns
+	// the entries off).
 	SpeculativeMaxEntries int `json:"speculativeMaxEntries,omitempty"`
 	// IdentityCheckInterval is the least time between two checks, per
 	// model, of why a Lookup matched no candidate (an identity mismatch or

@@ -41,14 +41,21 @@ type Speculative struct {
 	seed       maphash.Seed
 
 	mu      sync.Mutex
-	entries map[uint64]map[Identity]time.Time // block key → endpoint → decision time
-	order   []specEntry                       // insertion (= expiry) order; head at order[head]
+	entries map[specKey]time.Time // (block key, endpoint) → decision time
+	order   []specEntry           // insertion (= expiry) order; head at order[head]
 	head    int
 }
 
+// specKey names one remembered (block, endpoint) entry. One flat map of
+// them costs about a quarter of a map of maps (one small inner map per
+// block key): BenchmarkSpeculativeMemory.
+type specKey struct {
+	key uint64
+	id  Identity
+}
+
 type specEntry struct {
-	key     uint64
-	id      Identity
+	specKey
 	decided time.Time
 }
 
@@ -66,7 +73,7 @@ func NewSpeculative(ttl, indexLag time.Duration, maxEntries, blockSize int, now 
 	}
 	return &Speculative{
 		ttl: ttl, indexLag: max(indexLag, 0), maxEntries: maxEntries, blockSize: max(blockSize, 1), now: now,
-		seed: maphash.MakeSeed(), entries: map[uint64]map[Identity]time.Time{},
+		seed: maphash.MakeSeed(), entries: map[specKey]time.Time{},
 	}
 }
 
@@ -122,17 +129,18 @@ func (s *Speculative) Remember(keys []uint64, id Identity) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expireLocked(now)
+	if len(keys) > s.maxEntries {
+		// Match credits leading blocks only: of a prompt longer than the
+		// bound, its first blocks are the ones worth keeping.
+		keys = keys[:s.maxEntries]
+	}
 	for _, k := range keys {
-		m := s.entries[k]
-		if m == nil {
-			m = map[Identity]time.Time{}
-			s.entries[k] = m
-		}
-		if _, live := m[id]; live {
+		sk := specKey{key: k, id: id}
+		if _, live := s.entries[sk]; live {
 			continue
 		}
-		m[id] = now
-		s.order = append(s.order, specEntry{key: k, id: id, decided: now})
+		s.entries[sk] = now
+		s.order = append(s.order, specEntry{specKey: sk, decided: now})
 	}
 	for len(s.order)-s.head > s.maxEntries {
 		s.dropHeadLocked()
@@ -153,7 +161,7 @@ func (s *Speculative) Match(keys []uint64, id Identity, progress time.Time) int 
 	defer s.mu.Unlock()
 	n := 0
 	for _, k := range keys {
-		decided, ok := s.entries[k][id]
+		decided, ok := s.entries[specKey{key: k, id: id}]
 		if !ok || !now.Before(decided.Add(s.ttl)) {
 			break
 		}
@@ -178,12 +186,9 @@ func (s *Speculative) caughtUp(decided, progress time.Time) bool {
 // caught up with; their order entries then leave the map alone.
 func (s *Speculative) dropCaughtUpLocked(keys []uint64, id Identity, progress time.Time) {
 	for _, k := range keys {
-		m := s.entries[k]
-		if decided, ok := m[id]; ok && s.caughtUp(decided, progress) {
-			delete(m, id)
-			if len(m) == 0 {
-				delete(s.entries, k)
-			}
+		sk := specKey{key: k, id: id}
+		if decided, ok := s.entries[sk]; ok && s.caughtUp(decided, progress) {
+			delete(s.entries, sk)
 		}
 	}
 }
@@ -210,11 +215,8 @@ func (s *Speculative) dropHeadLocked() {
 	e := s.order[s.head]
 	s.order[s.head] = specEntry{}
 	s.head++
-	if m := s.entries[e.key]; m != nil && m[e.id].Equal(e.decided) {
-		delete(m, e.id)
-		if len(m) == 0 {
-			delete(s.entries, e.key)
-		}
+	if decided, ok := s.entries[e.specKey]; ok && decided.Equal(e.decided) {
+		delete(s.entries, e.specKey)
 	}
 }
 

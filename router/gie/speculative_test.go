@@ -1,6 +1,8 @@
 package gie
 
 import (
+	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -77,6 +79,22 @@ func TestSpeculativeBounded(t *testing.T) {
 	}
 	if got := s.Match(second, a, time.Time{}); got != 2 {
 		t.Errorf("newest entries: match = %d, want 2", got)
+	}
+}
+
+// A prompt longer than the bound keeps its leading blocks, the ones Match
+// credits. Before, it kept its tail, and matched nothing.
+func TestSpeculativeLongerThanTheBound(t *testing.T) {
+	c := &clock{t: time.Unix(1000, 0)}
+	s := NewSpeculative(time.Minute, 0, 100, 1, c.now)
+	a := Identity{Pod: "a"}
+	keys := s.Keys("m", Prompt{TokenIDs: seq(150)})
+	s.Remember(keys, a)
+	if got := s.Len(); got != 100 {
+		t.Fatalf("len = %d, want the bound 100", got)
+	}
+	if got := s.Match(keys, a, time.Time{}); got != 100 {
+		t.Errorf("match = %d, want the 100 leading blocks", got)
 	}
 }
 
@@ -157,4 +175,42 @@ func TestSpeculativeDroppedOnceTheIndexCaughtUp(t *testing.T) {
 	if got := s.Match(keys, a, t0.Add(500*time.Millisecond)); got != 2 {
 		t.Errorf("a decision after the drop: match = %d, want 2", got)
 	}
+}
+
+// BenchmarkSpeculativeMemory reports the heap one remembered (block,
+// endpoint) entry costs, at the default bound (200,000 entries, from
+// prompts of 1,024 blocks sent to 8 endpoints in turn), and the time of a
+// Remember of one such prompt.
+func BenchmarkSpeculativeMemory(b *testing.B) {
+	const entries, blocks = DefaultSpeculativeMaxEntries, 1024
+	prompt := func(i int) []uint64 {
+		keys := make([]uint64, blocks)
+		for j := range keys {
+			keys[j] = uint64(i)<<32 | uint64(j)
+		}
+		return keys
+	}
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapAlloc
+	}
+	var perEntry float64
+	b.ResetTimer()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		s := NewSpeculative(time.Hour, 0, entries, 16, nil)
+		before := heap()
+		b.StartTimer()
+		for p := 0; p < entries/blocks; p++ {
+			s.Remember(prompt(i*1000+p), Identity{Pod: fmt.Sprintf("10.0.0.%d:8000", p%8)})
+		}
+		b.StopTimer()
+		perEntry = float64(heap()-before) / float64(s.Len())
+		runtime.KeepAlive(s)
+		b.StartTimer()
+	}
+	b.ReportMetric(perEntry, "B/entry")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*(entries/blocks)), "ns/remember")
 }

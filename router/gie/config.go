@@ -29,8 +29,12 @@ const (
 // ("150ms", "2s").
 type Duration time.Duration
 
-// UnmarshalJSON parses a duration string.
+// UnmarshalJSON parses a duration string; null leaves d as it is (the
+// default, as encoding/json leaves a field for null).
 func (d *Duration) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(bytes.TrimSpace(b), []byte("null")) {
+		return nil
+	}
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("a duration is a string such as \"150ms\": %w", err)
@@ -198,15 +202,15 @@ func checkFields(raw json.RawMessage, t reflect.Type, path string) error {
 	case t == durationType:
 		var d Duration
 		if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
-			return nil
+			return fmt.Errorf("%s: null: leave the field out for its default, or give a duration such as \"150ms\"", path)
 		}
 		if err := d.UnmarshalJSON(raw); err != nil {
 			return fmt.Errorf("%s: %v", path, err)
 		}
 	case t.Kind() == reflect.Struct:
-		var obj map[string]json.RawMessage
-		if json.Unmarshal(raw, &obj) != nil {
-			return nil
+		obj, err := objectFields(raw)
+		if err != nil {
+			return nil // not an object: the decoder names what is wrong
 		}
 		fields := map[string]reflect.Type{}
 		for i := 0; i < t.NumField(); i++ {
@@ -220,7 +224,13 @@ func checkFields(raw json.RawMessage, t reflect.Type, path string) error {
 			}
 			fields[name] = f.Type
 		}
-		for key, val := range obj {
+		seen := make(map[string]bool, len(obj))
+		for _, kv := range obj {
+			key, val := kv.key, kv.val
+			if seen[key] {
+				return fmt.Errorf("%s: field given twice (strict decoding keeps neither)", join(path, key))
+			}
+			seen[key] = true
 			ft, ok := fields[key]
 			if !ok {
 				for name := range fields {
@@ -246,6 +256,39 @@ func checkFields(raw json.RawMessage, t reflect.Type, path string) error {
 		}
 	}
 	return nil
+}
+
+// objectField is one member of a JSON object, in document order.
+type objectField struct {
+	key string
+	val json.RawMessage
+}
+
+// objectFields returns raw's members in document order, repeated keys
+// included (a map would keep the last silently), or an error when raw is
+// not one JSON object.
+func objectFields(raw json.RawMessage) ([]objectField, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, fmt.Errorf("not an object")
+	}
+	var out []objectField
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		key, ok := tok.(string)
+		if !ok {
+			return nil, fmt.Errorf("object key %v is not a string", tok)
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		out = append(out, objectField{key: key, val: val})
+	}
+	return out, nil
 }
 
 // join names field key below path.

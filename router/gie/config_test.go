@@ -88,6 +88,9 @@ func TestParseProducerParamsErrors(t *testing.T) {
 		"explicit_zero_block_size": `{"target":"x:1","blockSize":0}`,
 		"max_prompt_tokens_over":   `{"target":"x:1","maxPromptTokens":1048577}`,
 		"max_prompt_tokens_neg":    `{"target":"x:1","maxPromptTokens":-1}`,
+		"max_response_overflow":    `{"target":"x:1","tokenizer":{"maxResponseBytes":9223372036854775807}}`,
+		"duplicate_field":          `{"target":"x:1","target":"y:1"}`,
+		"duplicate_nested_field":   `{"target":"x:1","tokenizer":{"path":"/a","path":"/b"}}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, err := ParseProducerParams([]byte(raw)); !errors.Is(err, ErrInvalidConfig) {
@@ -130,6 +133,10 @@ func TestParseProducerParamsNamesTheField(t *testing.T) {
 		`{"target":"x:1","speculativeTTL":"1 s"}`:                  `speculativeTTL: time: unknown unit`,
 		`{"target":"x:1","tokenizer":{"URL":"http://t/tokenize"}}`: `tokenizer.URL: unknown field "URL" (names are case-sensitive: "url")`,
 		`{"Target":"x:1"}`: `Target: unknown field "Target" (names are case-sensitive: "target")`,
+		`{"target":"x:1","lookupTimeout":"50ms","lookupTimeout":"60ms"}`: `lookupTimeout: field given twice`,
+		// Before, a null duration was refused as time: invalid duration "".
+		`{"target":"x:1","tokenizeTimeout":null}`: `tokenizeTimeout: null: leave the field out for its default`,
+		`{"target":"x:1","speculativeTTL":null}`:  `speculativeTTL: null: leave the field out for its default`,
 	} {
 		_, err := ParseProducerParams([]byte(raw))
 		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {

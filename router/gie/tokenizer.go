@@ -50,6 +50,12 @@ func DefaultTokenizerConfig() TokenizerConfig {
 	return TokenizerConfig{Scheme: "http", Path: "/tokenize", MaxResponseBytes: 8 << 20}
 }
 
+// MaxTokenizerResponseBytes is the largest maxResponseBytes accepted: a
+// bound on what one answer may make the producer hold (the answer for the
+// largest prompt kvindex looks up, 131,072 tokens, is about 1 MB), and far
+// from the int64 limit the read adds one byte to.
+const MaxTokenizerResponseBytes = 1 << 30
+
 // Validate reports the first field out of range.
 func (c TokenizerConfig) Validate() error {
 	switch {
@@ -57,8 +63,8 @@ func (c TokenizerConfig) Validate() error {
 		return fmt.Errorf("%w: tokenizer scheme %q: want http or https", ErrInvalidConfig, c.Scheme)
 	case !strings.HasPrefix(c.Path, "/"):
 		return fmt.Errorf("%w: tokenizer path %q must start with /", ErrInvalidConfig, c.Path)
-	case c.MaxResponseBytes <= 0:
-		return fmt.Errorf("%w: tokenizer maxResponseBytes %d must be positive", ErrInvalidConfig, c.MaxResponseBytes)
+	case c.MaxResponseBytes <= 0 || c.MaxResponseBytes > MaxTokenizerResponseBytes:
+		return fmt.Errorf("%w: tokenizer maxResponseBytes %d: want 1 to %d (1 GiB)", ErrInvalidConfig, c.MaxResponseBytes, int64(MaxTokenizerResponseBytes))
 	case c.URL != "" && !strings.HasPrefix(c.URL, "http://") && !strings.HasPrefix(c.URL, "https://"):
 		return fmt.Errorf("%w: tokenizer url %q must be http:// or https://", ErrInvalidConfig, c.URL)
 	}

@@ -123,6 +123,10 @@ func (m *Matcher) specBlockSize() int {
 	return m.spec.BlockSize()
 }
 
+// promptTokens is how many of p's tokens a Match looks up: all, up to
+// MaxPromptTokens.
+func (m *Matcher) promptTokens(p Prompt) int { return min(len(p.TokenIDs), m.cfg.MaxPromptTokens) }
+
 // truncate cuts p to MaxPromptTokens tokens, dropping the multimodal
 // items that start past the cut.
 func (m *Matcher) truncate(p Prompt) Prompt {

@@ -157,34 +157,42 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		p.fallback(ctx, err, endpoints, 0)
 		return nil
 	}
+	// tokens is what the totals count: the prompt as looked up, cut at
+	// maxPromptTokens.
+	tokens := p.matcher.promptTokens(prompt)
 	ids := make([]Identity, len(endpoints))
 	ok := make([]bool, len(endpoints))
 	candidates := make([]Identity, 0, len(endpoints))
+	var idErr error
 	for i, ep := range endpoints {
 		id, err := p.ids.Identity(endpointRef(ep))
 		if err != nil {
-			p.metrics.errors.WithLabelValues(KindIdentity).Inc()
-			p.logRate(ctx, "kvindex: endpoint without a pod identity gets no match", err)
+			idErr = err
 			continue
 		}
 		ids[i], ok[i] = id, true
 		candidates = append(candidates, id)
 	}
 	if len(candidates) == 0 {
-		p.fallback(ctx, fmt.Errorf("%w: no candidate maps to a pod identity", ErrIdentity), endpoints, len(prompt.TokenIDs))
+		p.fallback(ctx, fmt.Errorf("%w: no candidate maps to a pod identity", ErrIdentity), endpoints, tokens)
 		return nil
+	}
+	if idErr != nil {
+		// Counted once per request, as every kind is.
+		p.metrics.errors.WithLabelValues(KindIdentity).Inc()
+		p.logRate(ctx, "kvindex: endpoint without a pod identity gets no match", idErr)
 	}
 	lstart := p.now()
 	p.metrics.lookups.Inc()
 	matches, err := p.matcher.Match(ctx, model, prompt, candidates)
 	p.metrics.lookupSecs.Observe(p.now().Sub(lstart).Seconds())
 	if err != nil {
-		p.fallback(ctx, err, endpoints, len(prompt.TokenIDs))
+		p.fallback(ctx, err, endpoints, tokens)
 		return nil
 	}
 	if ctx.Err() != nil {
 		// The director has moved on: write nothing.
-		p.fallback(ctx, ctx.Err(), endpoints, len(prompt.TokenIDs))
+		p.fallback(ctx, ctx.Err(), endpoints, tokens)
 		return nil
 	}
 	best, indexed := 0.0, false
@@ -193,11 +201,11 @@ func (p *Producer) PrepareRequestData(ctx context.Context, req *framework.LLMReq
 		if ok[i] {
 			em = matches[ids[i]]
 		} else {
-			em = EndpointMatch{BlockSize: p.params.BlockSize, Total: len(prompt.TokenIDs) / p.params.BlockSize}
+			em = EndpointMatch{BlockSize: p.params.BlockSize, Total: tokens / p.params.BlockSize}
 		}
 		if em.BlockSize <= 0 {
 			em.BlockSize = p.params.BlockSize
-			em.Total = len(prompt.TokenIDs) / em.BlockSize
+			em.Total = tokens / em.BlockSize
 		}
 		if em.Total > 0 {
 			best = max(best, float64(em.Blocks)/float64(em.Total))

@@ -313,3 +313,49 @@ func TestMetricsRegister(t *testing.T) {
 		}
 	}
 }
+
+// TestIdentityErrorsCountRequests: endpoints that map to no pod identity
+// count one lookup error per request (the metric counts requests, as for
+// every kind), and the totals written for them, and on a fallback, count
+// the prompt as looked up, cut at maxPromptTokens. Before, each such
+// endpoint counted one, plus the fallback's, and the totals counted the
+// whole prompt.
+func TestIdentityErrorsCountRequests(t *testing.T) {
+	noAddress := func(n int) []framework.Endpoint {
+		eps := endpoints(n)
+		for i := range eps {
+			eps[i].GetMetadata().Address = ""
+		}
+		return eps
+	}
+	request := func() *framework.LLMRequest {
+		req := completion("m", "ignored")
+		req.TokenizedPrompt = &framework.TokenizedPrompt{TokenIDs: make([]uint32, 640)}
+		return req
+	}
+	m := gie.NewMetrics()
+	p := newProducer(t, m, map[string]any{"target": deadTarget(t), "maxPromptTokens": 32, "fallback": "none"})
+
+	eps := noAddress(3) // none maps: the request falls back
+	if err := p.PrepareRequestData(t.Context(), request(), eps); err != nil {
+		t.Fatal(err)
+	}
+	if _, total, _, _ := prefixInfo(t, eps[0]); total != 2 {
+		t.Errorf("fallback total = %d blocks, want 2 (maxPromptTokens 32, blocks of 16)", total)
+	}
+	identity := map[string]string{"kind": gie.KindIdentity}
+	if got := metricValue(t, m, "kvindex_gie_lookup_errors_total", identity); got != 1 {
+		t.Errorf("lookup_errors{identity} = %v after one request, want 1", got)
+	}
+
+	eps = append(noAddress(2), endpoints(1)...) // two do not map, one does
+	if err := p.PrepareRequestData(t.Context(), request(), eps); err != nil {
+		t.Fatal(err)
+	}
+	if _, total, _, _ := prefixInfo(t, eps[0]); total != 2 {
+		t.Errorf("total of an endpoint without identity = %d blocks, want 2", total)
+	}
+	if got := metricValue(t, m, "kvindex_gie_lookup_errors_total", identity); got != 2 {
+		t.Errorf("lookup_errors{identity} = %v after two requests, want 2", got)
+	}
+}

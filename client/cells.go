@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/kvindex/kvindex/client/cellmap"
@@ -58,7 +59,22 @@ type cellSet struct {
 	mu     sync.Mutex
 	conns  map[string]*Client // by name + "\x00" + target; guarded by mu
 	closed bool               // guarded by mu
+	// failed holds, by the same key, a connection New refused and when,
+	// so a cell whose target or TLS files are wrong costs one New (and
+	// one read of its files) per cellRetryAfter, not one per call.
+	failed map[string]cellFailure // guarded by mu
 }
+
+// cellFailure is a cell connection New refused at at.
+type cellFailure struct {
+	err error
+	at  time.Time
+}
+
+// cellRetryAfter is how long a cell connection New refused is not tried
+// again: the cell map's re-read interval, so a fixed map (or fixed files)
+// is picked up about as fast.
+const cellRetryAfter = time.Second
 
 // client returns the connection of cell, making it on first use.
 func (s *cellSet) client(cell cellmap.Cell) (*Client, error) {
@@ -71,10 +87,26 @@ func (s *cellSet) client(cell cellmap.Cell) (*Client, error) {
 	if c := s.conns[key]; c != nil {
 		return c, nil
 	}
+	if f, ok := s.failed[key]; ok && time.Since(f.at) < cellRetryAfter {
+		return nil, f.err
+	}
 	c, err := New(cell.Indexd, append(slices.Clone(s.opts), func(o *options) { o.cells, o.cellsGiven = nil, false })...)
 	if err != nil {
-		return nil, fmt.Errorf("cell %q: %w", cell.Name, err)
+		// A target or TLS setting New refuses is the configuration's
+		// fault, not an outage: an *Error with its code, so that a call
+		// no cell answered reports it as such (allFailed).
+		code := codes.Unavailable
+		if errors.Is(err, ErrInvalidArgument) {
+			code = codes.InvalidArgument
+		}
+		err = callError("New", status.Errorf(code, "connecting to cell %s at %q: %v", cell.Name, cell.Indexd, err))
+		if s.failed == nil {
+			s.failed = map[string]cellFailure{}
+		}
+		s.failed[key] = cellFailure{err: err, at: time.Now()}
+		return nil, err
 	}
+	delete(s.failed, key)
 	s.conns[key] = c
 	return c, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -251,5 +252,35 @@ func TestCellsNew(t *testing.T) {
 	c.Close()
 	if _, err := c.Lookup(context.Background(), "x", []uint64{1}); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Lookup after Close: %v, want ErrClosed", err)
+	}
+}
+
+// TestCellsRefusedTargetIsInvalid: a cell whose indexd target New refuses
+// (here: hosts that differ, with TLS on and no server name) fails calls
+// as the configuration error it is, ErrInvalidArgument naming the cell,
+// not as an outage, and New is not tried again on every call. Before, the
+// call came back ErrUnavailable ("no cell answered"), with New, and its
+// read of the TLS files, repeated per call.
+func TestCellsRefusedTargetIsInvalid(t *testing.T) {
+	dir := t.TempDir()
+	writePair(t, dir+"/ca", "indexd", 0)
+	m, err := cellmap.Parse([]byte(`{"cells": [{"name": "a", "indexd": "10.0.0.1:50051,10.0.0.2:50051", "topic": "ta"}],
+  "models": [{"match": "m", "cells": ["a"]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, "", WithCells(m), WithTLSCAFile(dir+"/ca.pem"), WithTimeout(time.Second))
+	_, err = cl.Lookup(context.Background(), "m", []uint64{1})
+	if !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "connecting to cell a") || !strings.Contains(err.Error(), "lists different hosts") {
+		t.Fatalf("Lookup through a refused cell target: %v, want ErrInvalidArgument naming cell a and the reason", err)
+	}
+	// The refusal is kept for cellRetryAfter: with the CA file gone, the
+	// next call still says why the target was refused, not that the file
+	// is missing.
+	if err := os.Remove(dir + "/ca.pem"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.Lookup(context.Background(), "m", []uint64{1}); !errors.Is(err, ErrInvalidArgument) || !strings.Contains(err.Error(), "lists different hosts") {
+		t.Fatalf("second Lookup: %v, want the kept refusal", err)
 	}
 }

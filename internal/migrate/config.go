@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -27,6 +28,10 @@ const (
 	// count, not the keyspace's (DESIGN "Reads": small pages over a big
 	// prefix are quadratic).
 	DefaultPageSize = 10000
+	// DefaultCallTimeout bounds one etcd call: a page of DefaultPageSize
+	// keys or a transaction of DefaultMaxTxnBytes answers in well under a
+	// second on a healthy etcd.
+	DefaultCallTimeout = 30 * time.Second
 )
 
 // guardOps is the number of compares every transaction carries (no
@@ -70,6 +75,11 @@ type Config struct {
 	MaxTxnBytes int
 	// PageSize is the most keys per range read (default DefaultPageSize).
 	PageSize int
+	// CallTimeout bounds each etcd call (a read, a transaction, a lease
+	// lookup), so a run whose etcd stops answering fails instead of
+	// waiting on it (default DefaultCallTimeout; kvindex migrate sets
+	// --etcd-dial-timeout).
+	CallTimeout time.Duration
 	// DryRun computes and reports every write without sending any.
 	DryRun bool
 	// Logger receives one line per skipped key and per transaction
@@ -87,6 +97,7 @@ func DefaultConfig() Config {
 		MaxTxnOps:   DefaultMaxTxnOps,
 		MaxTxnBytes: DefaultMaxTxnBytes,
 		PageSize:    DefaultPageSize,
+		CallTimeout: DefaultCallTimeout,
 	}
 }
 
@@ -102,13 +113,15 @@ func (c *Config) Validate() error {
 	case strings.HasPrefix(from, to) || strings.HasPrefix(to, from):
 		return bad("prefixes %q and %q overlap", from, to)
 	case c.ChunkSize < 1 || c.ChunkSize > keyspace.MaxChunkEntries:
-		return bad("chunk size %d is not 1 to %d", c.ChunkSize, keyspace.MaxChunkEntries)
+		return bad("ChunkSize %d: want 1 to %d", c.ChunkSize, keyspace.MaxChunkEntries)
 	case c.MaxTxnOps <= guardOps:
-		return bad("max txn ops %d leaves no room beside the %d guards", c.MaxTxnOps, guardOps)
+		return bad("MaxTxnOps %d: want more than %d (the guards)", c.MaxTxnOps, guardOps)
 	case c.MaxTxnBytes <= 0:
-		return bad("max txn bytes %d is not positive", c.MaxTxnBytes)
+		return bad("MaxTxnBytes %d: want a positive number", c.MaxTxnBytes)
+	case c.CallTimeout < 0:
+		return bad("CallTimeout %v: want zero (the default) or positive", c.CallTimeout)
 	case c.PageSize <= 0:
-		return bad("page size %d is not positive", c.PageSize)
+		return bad("PageSize %d: want a positive number", c.PageSize)
 	}
 	return nil
 }

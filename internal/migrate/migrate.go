@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,6 +20,11 @@ import (
 // maxAttempts bounds the runs started over because a lease expired while
 // one ran.
 const maxAttempts = 5
+
+// attemptBackoff is the wait before the second attempt, doubling for each
+// later one (0.5 + 1 + 2 + 4 s at most in all): time for etcd to revoke
+// the lease that expired and delete its keys.
+const attemptBackoff = 500 * time.Millisecond
 
 // Run migrates cfg.From to cfg.To (or, with DryRun, computes it) and
 // returns what it did. It returns ErrInvalidConfig, ErrIngesterAlive
@@ -35,14 +41,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	var rep *Report
 	var err error
+	wait := attemptBackoff
 	for attempt := 1; attempt <= maxAttempts; attempt++ {
 		m := &migration{cfg: &cfg, from: cfg.from(), to: cfg.to(), log: log, rep: newReport(&cfg)}
 		m.rep.Attempts = attempt
 		rep, err = m.run(ctx)
-		if !errors.Is(err, errLeaseGone) {
+		if !errors.Is(err, errLeaseGone) || attempt == maxAttempts {
 			return rep, err
 		}
-		log.Warn("a lease expired during the migration; reading again", "attempt", attempt, "err", err)
+		// etcd revokes an expired lease, and deletes its keys, a moment
+		// after it expires: read again once it has, not at once.
+		log.Warn("a lease expired during the migration; reading again", "attempt", attempt, "err", err, "after", wait)
+		select {
+		case <-ctx.Done():
+			return rep, ctx.Err()
+		case <-time.After(wait):
+		}
+		wait *= 2
 	}
 	return rep, err
 }
@@ -77,7 +92,11 @@ func (m *migration) run(ctx context.Context) (*Report, error) {
 	var alive []string
 	var rev int64
 	for _, ks := range []keyspace.Keyspace{m.from, m.to} {
-		resp, err := cli.Get(ctx, ks.IngestersPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(10))
+		// Values too (they are small), not WithKeysOnly: etcd leaves a
+		// keys-only answer's leases out, which ingesterDesc names.
+		cctx, cancel := call(ctx, m.cfg.CallTimeout)
+		resp, err := cli.Get(cctx, ks.IngestersPrefix(), clientv3.WithPrefix(), clientv3.WithLimit(10))
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("migrate: reading %s: %w", ks.IngestersPrefix(), err)
 		}
@@ -92,11 +111,14 @@ func (m *migration) run(ctx context.Context) (*Report, error) {
 		return nil, fmt.Errorf("%w: %s; stop every ingester (v1 and v2) first", ErrIngesterAlive, strings.Join(alive, ", "))
 	}
 	m.rep.Revision = rev
-	m.r = &reader{kv: cli, rev: rev, page: m.cfg.PageSize}
-	m.b = &batcher{kv: cli, maxOps: m.cfg.MaxTxnOps, maxBytes: m.cfg.MaxTxnBytes, dry: m.cfg.DryRun, log: m.log,
+	m.r = &reader{kv: cli, rev: rev, page: m.cfg.PageSize, timeout: m.cfg.CallTimeout}
+	m.b = &batcher{kv: cli, maxOps: m.cfg.MaxTxnOps, maxBytes: m.cfg.MaxTxnBytes, dry: m.cfg.DryRun, log: m.log, timeout: m.cfg.CallTimeout,
 		guards: []clientv3.Cmp{noKeys(m.from.IngestersPrefix()), noKeys(m.to.IngestersPrefix())}}
 	m.endpoints = map[keyspace.Endpoint]bool{}
 	m.ttls = map[clientv3.LeaseID]int64{}
+	// What was written stays written: a run that fails part way reports
+	// the transactions etcd applied.
+	defer func() { m.rep.Transactions, m.rep.Committed = m.b.txns, m.b.committed }()
 
 	offsets, err := m.checkOffsets(ctx)
 	if err != nil {
@@ -143,6 +165,8 @@ func (m *migration) ingesterDesc(ctx context.Context, kv *mvccpb.KeyValue) strin
 	if kv.Lease == 0 {
 		return desc + " (on no lease)"
 	}
+	ctx, cancel := call(ctx, m.cfg.CallTimeout)
+	defer cancel()
 	if resp, err := m.cfg.Etcd.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil {
 		desc += fmt.Sprintf(" (lease %x, %ds left)", kv.Lease, resp.TTL)
 	}
@@ -162,6 +186,9 @@ func (m *migration) checkOffsets(ctx context.Context) (map[string]*mvccpb.KeyVal
 	}
 	err := m.r.prefix(ctx, m.to.OffsetsPrefix(), false, func(kv *mvccpb.KeyValue) error {
 		name := strings.TrimPrefix(string(kv.Key), m.to.OffsetsPrefix())
+		if old, ok := v1[name]; ok && bytes.Equal(old.Value, kv.Value) {
+			return nil // as migrate copies it, malformed or not
+		}
 		v2, err := keyspace.ParseOffset(kv.Value)
 		if err != nil {
 			return fmt.Errorf("%w: v2 offset %q is %q, not one migrate wrote (delete the v2 prefix to migrate again): %v", ErrV2Ahead, kv.Key, kv.Value, err)
@@ -185,14 +212,18 @@ func (m *migration) leaseTTL(ctx context.Context, id clientv3.LeaseID) error {
 	}
 	ttl, ok := m.ttls[id]
 	if !ok {
-		resp, err := m.cfg.Etcd.TimeToLive(ctx, id)
+		cctx, cancel := call(ctx, m.cfg.CallTimeout)
+		resp, err := m.cfg.Etcd.TimeToLive(cctx, id)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("migrate: lease %x: %w", int64(id), err)
 		}
 		ttl = resp.TTL
 		m.ttls[id] = ttl
 	}
-	if ttl <= 0 {
+	if ttl < 0 {
+		// -1: expired (or revoked). 0 is a live lease with under a
+		// second left: etcd rounds the remaining TTL down.
 		return fmt.Errorf("%w: lease %x", errLeaseGone, int64(id))
 	}
 	if m.rep.MinLeaseTTL < 0 || ttl < m.rep.MinLeaseTTL {

@@ -498,8 +498,10 @@ func TestMigrateRefuses(t *testing.T) {
 			}
 			before, _ := cli.Get(ctx, "x")
 			_, err = f.run(t, nil)
-			if !errors.Is(err, ErrIngesterAlive) || !strings.Contains(err.Error(), "ing-1") {
-				t.Fatalf("Run = %v, want ErrIngesterAlive naming the key", err)
+			// Its lease is named: before, a keys-only read left the lease
+			// out and the key read as "on no lease".
+			if !errors.Is(err, ErrIngesterAlive) || !strings.Contains(err.Error(), "ing-1") || !strings.Contains(err.Error(), fmt.Sprintf("lease %x", int64(lease.ID))) {
+				t.Fatalf("Run = %v, want ErrIngesterAlive naming the key and its lease", err)
 			}
 			if after, _ := cli.Get(ctx, "x"); after.Header.Revision != before.Header.Revision {
 				t.Fatal("a refused migration wrote")
@@ -552,4 +554,109 @@ func TestMigrateRefuses(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestMigrateLeaseUnderASecond: a lease with less than a second left is
+// live (etcd rounds the remaining TTL down to 0 s), so the run migrates
+// its keys, or, if it expires meanwhile, reads again once etcd has
+// deleted them, and succeeds either way. Before, TTL 0 counted as gone
+// and the five attempts, one right after the other, all failed on it.
+func TestMigrateLeaseUnderASecond(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cli := f.etcd.Client
+	lease, err := cli.Grant(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := f.w
+	ep := keyspace.Endpoint{Model: "m", Pod: "short", Rank: 0}
+	w.endpoint(ep, keyspace.HashModeEngine, 0, map[tier.Tier]int{tier.GPU: 3}, 100)
+	// Move the endpoint's record and blocks onto the short lease.
+	resp, err := cli.Get(ctx, V1Prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if strings.Contains(string(kv.Key), "/short/") {
+			if _, err := cli.Put(ctx, string(kv.Key), string(kv.Value), clientv3.WithLease(lease.ID)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	deadline := time.Now().Add(testutil.Timeout(10 * time.Second))
+	for {
+		ttl, err := cli.TimeToLive(ctx, lease.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL == 0 {
+			break
+		}
+		if ttl.TTL < 0 || time.Now().After(deadline) {
+			t.Fatalf("lease TTL %d: never seen under a second", ttl.TTL)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rep, err := f.run(t, nil)
+	if err != nil {
+		t.Fatalf("Run with a lease under a second left = %v, want success", err)
+	}
+	if rep.Endpoints < len(f.eps) {
+		t.Errorf("endpoints migrated = %d, want at least the fixture's %d", rep.Endpoints, len(f.eps))
+	}
+}
+
+// TestMigrateCallTimeout: an etcd that stops answering mid-run fails the
+// run after CallTimeout instead of holding it forever (a paused proxy
+// keeps the connection open and answers nothing, as a SIGSTOPped etcd
+// does). Before, only the first reachability check had a deadline.
+func TestMigrateCallTimeout(t *testing.T) {
+	f := newFixture(t)
+	px := testutil.StartProxy(t, testutil.HostPort(f.etcd.Endpoints[0]))
+	cli, err := testutil.NewEtcdClient([]string{px.Endpoint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	if _, err := cli.Get(context.Background(), "x"); err != nil {
+		t.Fatal(err)
+	}
+	px.Pause()
+	defer px.Resume()
+	done := make(chan error, 1)
+	go func() {
+		cfg := DefaultConfig()
+		cfg.Etcd, cfg.CallTimeout = cli, 300*time.Millisecond
+		_, err := Run(context.Background(), cfg)
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Run against an etcd that does not answer = %v, want context.DeadlineExceeded", err)
+		}
+	case <-time.After(testutil.Timeout(30 * time.Second)):
+		t.Fatal("Run still waiting on an etcd that does not answer")
+	}
+}
+
+// TestMigrateMalformedOffsetTwice: a v1 offset migrate cannot parse is
+// copied as it is (the v2 ingester reads it as out of range), and a second
+// run accepts the copy it made: before, it refused it as "not one migrate
+// wrote".
+func TestMigrateMalformedOffsetTwice(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.etcd.Client.Put(context.Background(), V1Prefix+"offsets/kvindex-events/2", "abc"); err != nil {
+		t.Fatal(err)
+	}
+	for run := 1; run <= 2; run++ {
+		rep, err := f.run(t, nil)
+		if err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+		if run == 2 && rep.Puts+rep.Deletes != 0 {
+			t.Errorf("run 2 wrote %d puts and %d deletes, want none", rep.Puts, rep.Deletes)
+		}
+	}
 }

@@ -2,6 +2,7 @@ package migrate
 
 import (
 	"context"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -14,6 +15,16 @@ type reader struct {
 	kv   clientv3.KV
 	rev  int64
 	page int
+	// timeout bounds each read (Config.CallTimeout).
+	timeout time.Duration
+}
+
+// call bounds one etcd call by d (none when d is 0).
+func call(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if d <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
 }
 
 // prefix calls fn for every key under prefix, in key order, at r.rev;
@@ -26,7 +37,9 @@ func (r *reader) prefix(ctx context.Context, prefix string, keysOnly bool, fn fu
 		if keysOnly {
 			opts = append(opts, clientv3.WithKeysOnly())
 		}
-		resp, err := r.kv.Get(ctx, key, opts...)
+		cctx, cancel := call(ctx, r.timeout)
+		resp, err := r.kv.Get(cctx, key, opts...)
+		cancel()
 		if err != nil {
 			return err
 		}
@@ -44,6 +57,8 @@ func (r *reader) prefix(ctx context.Context, prefix string, keysOnly bool, fn fu
 
 // get returns key at r.rev, or nil when it does not exist.
 func (r *reader) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) {
+	ctx, cancel := call(ctx, r.timeout)
+	defer cancel()
 	resp, err := r.kv.Get(ctx, key, clientv3.WithRev(r.rev))
 	if err != nil || len(resp.Kvs) == 0 {
 		return nil, err
@@ -53,6 +68,8 @@ func (r *reader) get(ctx context.Context, key string) (*mvccpb.KeyValue, error) 
 
 // count returns how many keys are under prefix at r.rev.
 func (r *reader) count(ctx context.Context, prefix string) (int64, error) {
+	ctx, cancel := call(ctx, r.timeout)
+	defer cancel()
 	resp, err := r.kv.Get(ctx, prefix, clientv3.WithRange(keyspace.RangeEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithRev(r.rev))
 	if err != nil {
 		return 0, err

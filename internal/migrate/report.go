@@ -42,6 +42,10 @@ type Report struct {
 	Unchanged int `json:"unchanged"`
 	// Transactions is the transactions sent (dry: that would be).
 	Transactions int `json:"transactions"`
+	// Committed is the transactions etcd applied: all of them after a
+	// run that succeeds, those before the error after one that fails
+	// (what they wrote stays; a second run finishes it).
+	Committed int `json:"transactions_committed"`
 	// Skipped counts v1 keys not converted, by reason (bad_block_key,
 	// bad_engine_hash, bad_endpoint_key, bad_endpoint_record,
 	// blocks_without_record, bad_member_key, member_without_endpoint,
@@ -73,6 +77,9 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "chunks:    %s\n", perTier(r.Chunks))
 	fmt.Fprintf(&b, "members %d, offsets %d, owners %d\n", r.Members, r.Offsets, r.Owners)
 	fmt.Fprintf(&b, "writes:    %d puts, %d deletes, %d keys unchanged, in %d transactions\n", r.Puts, r.Deletes, r.Unchanged, r.Transactions)
+	if !r.DryRun && r.Committed != r.Transactions {
+		fmt.Fprintf(&b, "committed: %d of the %d transactions sent before the error (what they wrote stays; run migrate again to finish)\n", r.Committed, r.Transactions)
+	}
 	if len(r.Skipped) == 0 {
 		b.WriteString("skipped:   none\n")
 	} else {

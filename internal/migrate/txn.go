@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -26,8 +27,11 @@ type batcher struct {
 
 	ops   []clientv3.Op
 	bytes int
-	// txns, puts and deletes count what was sent (or, dry, would be).
-	txns, puts, deletes int
+	// txns, puts and deletes count what was sent (or, dry, would be);
+	// committed the transactions etcd applied.
+	txns, puts, deletes, committed int
+	// timeout bounds each transaction (Config.CallTimeout).
+	timeout time.Duration
 }
 
 // opOverhead is what an operation costs in a request beside its key and
@@ -68,7 +72,9 @@ func (b *batcher) flush(ctx context.Context) error {
 	n := len(b.ops)
 	b.txns++
 	if !b.dry {
-		resp, err := b.kv.Txn(ctx).If(b.guards...).Then(b.ops...).Commit()
+		cctx, cancel := call(ctx, b.timeout)
+		resp, err := b.kv.Txn(cctx).If(b.guards...).Then(b.ops...).Commit()
+		cancel()
 		switch e := rpctypes.Error(err); {
 		case err == nil && !resp.Succeeded:
 			return fmt.Errorf("%w: an ingesters/ key appeared during the migration (transaction %d refused)", ErrIngesterAlive, b.txns)
@@ -79,6 +85,7 @@ func (b *batcher) flush(ctx context.Context) error {
 		case err != nil:
 			return fmt.Errorf("migrate: transaction %d: %w", b.txns, err)
 		}
+		b.committed++
 		b.log.Debug("transaction committed", "txn", b.txns, "ops", n, "bytes", b.bytes, "revision", resp.Header.Revision)
 	}
 	b.ops, b.bytes = b.ops[:0], 0

@@ -159,7 +159,7 @@ func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanne
 	if err := o.etcd.Reach(ctx, cli, ks.Prefix()); err != nil {
 		return err
 	}
-	s := &scanner{kv: cli, ks: ks, page: o.pageSize, concurrency: o.concurrency}
+	s := &scanner{kv: cli, ks: ks, page: o.pageSize, concurrency: o.concurrency, readTimeout: o.etcd.DialTimeout}
 	if err := s.start(ctx); err != nil {
 		return err
 	}
@@ -309,6 +309,9 @@ where FILL is {"tier": T, "chunks": N, "entries": N, "fill": F,
 			if err := common.CheckPositive(cmd.Flags(), "chunk-size"); err != nil {
 				return usagef("%v", err)
 			}
+			if o.chunkSize > keyspace.MaxChunkEntries {
+				return usagef("--chunk-size %d: want 1 to %d (the ingesters' bound)", o.chunkSize, keyspace.MaxChunkEntries)
+			}
 			return o.run(cmd, func(ctx context.Context, s *scanner) error {
 				eps, probs, err := o.scan(ctx, s)
 				if err != nil {
@@ -319,7 +322,7 @@ where FILL is {"tier": T, "chunks": N, "entries": N, "fill": F,
 		},
 	}
 	o.scope(cmd, "chunks")
-	cmd.Flags().IntVar(&o.chunkSize, "chunk-size", keyspace.DefaultChunkSize, "the ingesters' --chunk-size, the fill ratio's denominator")
+	cmd.Flags().IntVar(&o.chunkSize, "chunk-size", keyspace.DefaultChunkSize, "the ingesters' --chunk-size (1 to 256), the fill ratio's denominator")
 	return cmd
 }
 

@@ -245,6 +245,11 @@ func TestInspectChunksAndModels(t *testing.T) {
 		t.Fatalf("chunks text:\n%s", out)
 	}
 
+	// A record that does not decode is a problem, not an endpoint, in
+	// models as in endpoints (before, models counted it).
+	if _, err := e.Client.Put(context.Background(), keyspace.Default().EndpointKey(keyspace.Endpoint{Model: epA.Model, Pod: "broken"}), "not json"); err != nil {
+		t.Fatal(err)
+	}
 	var models struct{ Models []modelJSON }
 	if err := json.Unmarshal([]byte(run(t, e, "models", "-o", "json")), &models); err != nil {
 		t.Fatal(err)
@@ -286,6 +291,9 @@ func TestInspectUsage(t *testing.T) {
 		{[]string{"endpoints", "--pod", "p"}, "--pod needs --model"},
 		{[]string{"endpoints", "-o", "yaml"}, "want text or json"},
 		{[]string{"chunks", "--chunk-size", "0"}, "--chunk-size must be positive"},
+		// Before, the histogram's bucket width overflowed and the command
+		// ran out of memory.
+		{[]string{"chunks", "--chunk-size", "9223372036854775807"}, "--chunk-size 9223372036854775807: want 1 to 256"},
 		{[]string{"models", "--etcd-prefix", "x"}, "--etcd-prefix"},
 		{[]string{"nosuch"}, `unknown command "nosuch"`},
 		{nil, "inspect needs a subcommand"},

@@ -285,6 +285,11 @@ func writeModels(w io.Writer, output string, rev int64, eps []*endpointScan, pro
 	probs = allProblems(eps, probs)
 	byModel := map[string]*modelJSON{}
 	for _, e := range eps {
+		if e.Record == nil {
+			// As endpoints lists them: a record that does not decode
+			// is a problem (listed), not an endpoint.
+			continue
+		}
 		m := byModel[e.Endpoint.Model]
 		if m == nil {
 			m = &modelJSON{Model: e.Endpoint.Model, Chunks: map[string]int{}, Blocks: map[string]int{}}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -27,6 +28,17 @@ type scanner struct {
 	rev         int64
 	page        int
 	concurrency int
+	// readTimeout bounds each read (--etcd-dial-timeout): an etcd that
+	// stops answering fails the command then, not at --timeout.
+	readTimeout time.Duration
+}
+
+// read bounds one etcd read by s.readTimeout (none when 0).
+func (s *scanner) read(ctx context.Context) (context.Context, context.CancelFunc) {
+	if s.readTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.readTimeout)
 }
 
 // problem is a key the listing could not use: a malformed key or value.
@@ -58,6 +70,8 @@ type endpointScan struct {
 // start fixes the revision of every later read with one read of the
 // endpoints/ section's count.
 func (s *scanner) start(ctx context.Context) error {
+	ctx, cancel := s.read(ctx)
+	defer cancel()
 	resp, err := s.kv.Get(ctx, s.ks.EndpointsPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("reading etcd: %w", err)
@@ -71,7 +85,9 @@ func (s *scanner) each(ctx context.Context, prefix string, fn func(*mvccpb.KeyVa
 	end := keyspace.RangeEnd(prefix)
 	key := prefix
 	for {
-		resp, err := s.kv.Get(ctx, key, clientv3.WithRange(end), clientv3.WithLimit(int64(s.page)), clientv3.WithRev(s.rev))
+		rctx, cancel := s.read(ctx)
+		resp, err := s.kv.Get(rctx, key, clientv3.WithRange(end), clientv3.WithLimit(int64(s.page)), clientv3.WithRev(s.rev))
+		cancel()
 		if err != nil {
 			return fmt.Errorf("reading %q: %w", prefix, err)
 		}
@@ -87,6 +103,8 @@ func (s *scanner) each(ctx context.Context, prefix string, fn func(*mvccpb.KeyVa
 
 // count is the number of keys under prefix.
 func (s *scanner) count(ctx context.Context, prefix string) (int64, error) {
+	ctx, cancel := s.read(ctx)
+	defer cancel()
 	resp, err := s.kv.Get(ctx, prefix, clientv3.WithRange(keyspace.RangeEnd(prefix)), clientv3.WithCountOnly(), clientv3.WithRev(s.rev))
 	if err != nil {
 		return 0, fmt.Errorf("counting %q: %w", prefix, err)

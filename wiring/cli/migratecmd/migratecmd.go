@@ -5,6 +5,7 @@ package migratecmd
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -71,6 +72,10 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			if cfg.To, err = keyspace.New(to); err != nil {
 				return usagef("--to-prefix: %v", err)
 			}
+			if strings.HasPrefix(from, to) || strings.HasPrefix(to, from) {
+				return usagef("--from-prefix %q and --to-prefix %q overlap: want two separate keyspaces", from, to)
+			}
+			cfg.CallTimeout = etcdFlags.DialTimeout
 			log, err := logFlags.Logger()
 			if err != nil {
 				return err
@@ -90,7 +95,7 @@ nothing. With -o json the report is one object (migrate.Report).`,
 			}
 			// Validate passed above, so Run's errors are not the config's.
 			rep, err := migrate.Run(ctx, cfg)
-			if rep != nil && (err == nil || rep.Transactions > 0) {
+			if rep != nil && (err == nil || rep.Committed > 0) {
 				if werr := write(cmd, output, rep); werr != nil && err == nil {
 					err = werr
 				}

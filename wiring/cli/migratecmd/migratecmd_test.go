@@ -91,7 +91,10 @@ func TestMigrateCommandUsage(t *testing.T) {
 		{[]string{"--from-prefix", "nope"}, "--from-prefix"},
 		{[]string{"--chunk-size", "0"}, "--chunk-size must be positive"},
 		{[]string{"-o", "yaml"}, "want text or json"},
-		{[]string{"--from-prefix", "/a/", "--to-prefix", "/a/b/"}, "overlap"},
+		{[]string{"--from-prefix", "/a/", "--to-prefix", "/a/b/"}, `--from-prefix "/a/" and --to-prefix "/a/b/" overlap`},
+		// Config errors name the flags, not the Go fields behind them.
+		{[]string{"--chunk-size", "257"}, "--chunk-size 257: want 1 to 256"},
+		{[]string{"--max-txn-ops", "2"}, "--max-txn-ops 2: want more than 2"},
 	} {
 		_, err := run(t, append(tc.args, "--etcd-endpoints", "http://127.0.0.1:1", "--etcd-dial-timeout", "100ms")...)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

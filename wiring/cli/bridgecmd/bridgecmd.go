@@ -26,15 +26,15 @@ type flags struct {
 	logging      common.Logging
 	kafka        common.Kafka
 	auth         kafkaauth.Config
-	zmq          string
-	bind         string
-	replay       string
 	zmqTopic     string
 	offsetByRank bool
 	// dialFlags is set when --zmq or --replay was given.
 	dialFlags bool
 	ops       common.Ops
-	cfg       bridge.Config
+	// cfg holds the bridge's own settings, --zmq, --replay and
+	// --zmq-bind (Endpoint, ReplayEndpoint, Listen) among them: bound to
+	// its fields, so that its errors name the flags (common.FlagNames).
+	cfg bridge.Config
 	// cellMap is --cell-map (cells.go).
 	cellMap string
 }
@@ -82,16 +82,23 @@ its own sequence tracking, and its gaps are replayed from
 	f.logging.Register(fs)
 	f.kafka.Register(fs)
 	f.auth.Register(fs)
-	fs.StringVar(&f.zmq, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
-	fs.StringVar(&f.bind, "zmq-bind", "", "bind mode: the endpoint to bind, tcp://HOST:PORT (HOST * for every interface), that engines' PUB sockets connect to")
-	fs.StringVar(&f.bind, "listen", "", "alias of --zmq-bind")
+	// --listen is --zmq-bind under another name (pflag's normalization:
+	// one flag, so errors and help name --zmq-bind).
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "listen" {
+			name = "zmq-bind"
+		}
+		return pflag.NormalizedName(name)
+	})
+	fs.StringVar(&f.cfg.Endpoint, "zmq", "tcp://127.0.0.1:5557", "the engine's ZMQ PUB endpoint, tcp://HOST:PORT")
+	fs.StringVar(&f.cfg.Listen, "zmq-bind", "", "bind mode: the endpoint to bind, tcp://HOST:PORT (HOST * for every interface), that engines' PUB sockets connect to (alias --listen)")
 	fs.StringVar(&f.cfg.TopicPattern, "topic-pattern", f.cfg.TopicPattern, "bind mode: how a ZMQ topic names its endpoint, with {pod} and {model} (llm-d's convention by default)")
 	fs.StringVar(&f.cfg.ReplayPattern, "replay-pattern", "", "bind mode: each pod's replay endpoint from its topic, with {pod}, {host} (the pod without :port) and {model}, e.g. tcp://{host}:5558; without it gaps resync the pod")
 	fs.IntVar(&f.cfg.MaxPods, "max-pods", f.cfg.MaxPods, "bind mode: most pods (topics) kept; messages of further ones are skipped and counted")
 	fs.IntVar(&f.cfg.MaxConnections, "max-connections", f.cfg.MaxConnections, "bind mode: most publisher connections open at once; further ones are closed and counted")
 	fs.IntVar(&f.cfg.PodQueueSize, "pod-queue-size", f.cfg.PodQueueSize, "bind mode: messages queued per pod between its connection and its sequencer")
 	fs.DurationVar(&f.cfg.PodIdleTimeout, "pod-idle-timeout", f.cfg.PodIdleTimeout, "bind mode: how long a pod without a connection is kept before it is forgotten")
-	fs.StringVar(&f.replay, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
+	fs.StringVar(&f.cfg.ReplayEndpoint, "replay", "", "the engine's ZMQ ROUTER replay endpoint, tcp://HOST:PORT (vLLM's replay_endpoint); without it gaps produce resyncs")
 	fs.StringVar(&f.cellMap, "cell-map", "", "cell map file (docs/DESIGN.md \"Cells\"): the topic (and brokers) come from the cell of the model and pod, --topic is unused; re-read every second, and an endpoint whose cell changes moves (goodbye in the old cell, resync in the new)")
 	fs.StringVar(&f.zmqTopic, "zmq-topic", "", "ZMQ subscription prefix (vLLM's topic, default empty)")
 	fs.StringVar(&f.cfg.Pod, "pod", "", "the endpoint's pod identity as routers know it (record key); required")
@@ -141,17 +148,16 @@ func (f *flags) run(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) er
 	cfg.KafkaOptions = append(cfg.KafkaOptions, kopts...)
 	cfg.ZMQTopic = f.zmqTopic
 	cfg.Brokers, cfg.Topic = f.kafka.Brokers, f.kafka.Topic
-	cfg.Endpoint, cfg.ReplayEndpoint = f.zmq, f.replay
-	if f.bind != "" {
+	if cfg.Listen != "" {
 		if f.dialFlags {
 			return errors.New("--zmq and --replay are the dial mode's; with --zmq-bind, pods connect and --replay-pattern names their replay sockets")
 		}
-		cfg.Listen, cfg.Endpoint = f.bind, ""
+		cfg.Endpoint = ""
 	} else if f.offsetByRank {
-		if cfg.Endpoint, err = bridge.OffsetEndpointPort(f.zmq, cfg.DPRank); err != nil {
+		if cfg.Endpoint, err = bridge.OffsetEndpointPort(cfg.Endpoint, cfg.DPRank); err != nil {
 			return fmt.Errorf("--zmq: %w", err)
 		}
-		if cfg.ReplayEndpoint, err = bridge.OffsetEndpointPort(f.replay, cfg.DPRank); err != nil {
+		if cfg.ReplayEndpoint, err = bridge.OffsetEndpointPort(cfg.ReplayEndpoint, cfg.DPRank); err != nil {
 			return fmt.Errorf("--replay: %w", err)
 		}
 	}

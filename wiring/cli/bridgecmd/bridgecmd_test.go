@@ -37,6 +37,12 @@ func TestBadFlags(t *testing.T) {
 		{"zero_max_connections", []string{"--zmq-bind", "tcp://*:5557", "--max-connections", "0"}, "--max-connections must be positive, got 0"},
 		{"zero_heartbeat", []string{"--pod", "p", "--model", "m", "--heartbeat-interval", "0s"}, "--heartbeat-interval must be positive, got 0s"},
 		{"negative_grace", []string{"--pod", "p", "--model", "m", "--grace-period", "-1s"}, "--grace-period must be zero or positive, got -1s"},
+		// The endpoints' errors name their flags (before: Endpoint,
+		// ReplayEndpoint, Listen), --listen's its primary's.
+		{"bad_zmq", []string{"--pod", "p", "--model", "m", "--zmq", "bogus"}, `--zmq: "bogus": want tcp://HOST:PORT`},
+		{"bad_replay", []string{"--pod", "p", "--model", "m", "--replay", "bogus"}, `--replay: "bogus": want tcp://HOST:PORT`},
+		{"bad_zmq_bind", []string{"--zmq-bind", "bogus"}, `--zmq-bind: "bogus": want tcp://HOST:PORT`},
+		{"bad_listen", []string{"--listen", "bogus"}, `--zmq-bind: "bogus": want tcp://HOST:PORT`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := NewCommand()

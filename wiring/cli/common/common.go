@@ -190,8 +190,15 @@ func (e *Etcd) tlsConfig() (*tls.Config, error) {
 	return cfg, nil
 }
 
-// Keyspace returns the keyspace under --etcd-prefix.
-func (e *Etcd) Keyspace() (keyspace.Keyspace, error) { return keyspace.New(e.Prefix) }
+// Keyspace returns the keyspace under --etcd-prefix; its error names the
+// flag.
+func (e *Etcd) Keyspace() (keyspace.Keyspace, error) {
+	ks, err := keyspace.New(e.Prefix)
+	if err != nil {
+		return ks, fmt.Errorf("--etcd-prefix: %w", err)
+	}
+	return ks, nil
+}
 
 // Client dials etcd, refusing TLS flags that disagree with the endpoints'
 // schemes and reading --etcd-password-file. The caller closes the client.

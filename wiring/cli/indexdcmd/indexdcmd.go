@@ -100,7 +100,7 @@ func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
 	}
 	ks, err := f.etcdFlags.Keyspace()
 	if err != nil {
-		return fmt.Errorf("--etcd-prefix: %w", err)
+		return err
 	}
 	ctx := cmd.Context()
 	reg := common.NewRegistry()

@@ -78,6 +78,7 @@ func TestIngesterCommandNamesTheFlag(t *testing.T) {
 		args []string
 		want string
 	}{
+		{[]string{"--etcd-prefix", "noslash"}, `--etcd-prefix: keyspace: invalid prefix: "noslash" must be non-empty and end in '/'`},
 		{[]string{"--chunk-size", "0"}, "--chunk-size must be positive, got 0"},
 		{[]string{"--liveness-window", "0s"}, "--liveness-window must be positive, got 0s"},
 		{[]string{"--window-ops", "-1"}, "--window-ops must be positive, got -1"},

@@ -143,7 +143,7 @@ func (o *options) run(cmd *cobra.Command, fn func(ctx context.Context, s *scanne
 	}
 	ks, err := o.etcd.Keyspace()
 	if err != nil {
-		return usagef("--etcd-prefix: %v", err)
+		return usagef("%v", err)
 	}
 	log, err := o.log.Logger()
 	if err != nil {

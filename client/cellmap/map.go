@@ -245,6 +245,8 @@ func Parse(data []byte) (*Map, error) {
 			return nil, p.errAt(at, "cell %q: indexd: %v", c.Name, target.Check(c.Indexd))
 		case strings.TrimSpace(c.Topic) == "" || !utf8.ValidString(c.Topic):
 			return nil, p.errAt(at, "cell %q: topic is required", c.Name)
+		case ValidateTopic(c.Topic) != nil:
+			return nil, p.errAt(at, "cell %q: topic: %v", c.Name, ValidateTopic(c.Topic))
 		}
 		for _, b := range c.Brokers {
 			if strings.TrimSpace(b) == "" {

@@ -84,6 +84,8 @@ func TestParseErrors(t *testing.T) {
 		{"duplicate_cell", "{\"cells\": [\n" + cell + ",\n" + strings.Replace(cell, `"t"`, `"u"`, 1) + "]}", 3, "defined twice"},
 		{"no_indexd", "{\"cells\": [\n{\"name\": \"a\", \"topic\": \"t\"}]}", 2, "indexd"},
 		{"no_topic", "{\"cells\": [\n{\"name\": \"a\", \"indexd\": \"x\"}]}", 2, "topic is required"},
+		// A topic Kafka refuses, as --topic refuses it (before: accepted).
+		{"bad_topic", "{\"cells\": [\n{\"name\": \"a\", \"indexd\": \"x\", \"topic\": \"bad topic\"}]}", 2, `cell "a": topic: topic name "bad topic" has ' ' at byte 3`},
 		{"indexd_url", "{\"cells\": [\n{\"name\": \"a\", \"indexd\": \"http://x:1\", \"topic\": \"t\"}]}", 2, `cell "a": indexd: target "http://x:1" is a URL`},
 		{"indexd_list_without_port", "{\"cells\": [\n{\"name\": \"a\", \"indexd\": \"a:1,b\", \"topic\": \"t\"}]}", 2, `"b" is not host:port`},
 		{"indexd_list_of_nothing", "{\"cells\": [\n{\"name\": \"a\", \"indexd\": \",\", \"topic\": \"t\"}]}", 2, "names no address"},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/kvindex/kvindex/client/cellmap"
 	"github.com/kvindex/kvindex/internal/logging"
 )
 
@@ -56,29 +57,12 @@ func checkSign(fs *pflag.FlagSet, want string, ok func(int64) bool, names []stri
 }
 
 // MaxTopicLen is the longest Kafka topic name (Kafka's own limit).
-const MaxTopicLen = 249
+const MaxTopicLen = cellmap.MaxTopicLen
 
-// ValidateTopic reports a name Kafka would refuse as a topic: empty,
-// longer than 249 characters, "." or "..", or holding a character other
-// than ASCII letters, digits, '.', '_' and '-' (Kafka's
-// org.apache.kafka.common.internals.Topic rules).
-func ValidateTopic(name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("empty topic name")
-	case len(name) > MaxTopicLen:
-		return fmt.Errorf("topic name is %d characters, Kafka's limit is %d", len(name), MaxTopicLen)
-	case name == "." || name == "..":
-		return fmt.Errorf("topic name %q is not allowed", name)
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return fmt.Errorf("topic name %q has %q at byte %d: Kafka allows only ASCII letters, digits, '.', '_' and '-'", name, c, i)
-		}
-	}
-	return nil
-}
+// ValidateTopic reports a name Kafka would refuse as a topic
+// (cellmap.ValidateTopic: the one rule, which cell maps' topics follow
+// too).
+func ValidateTopic(name string) error { return cellmap.ValidateTopic(name) }
 
 // ValidateTopic checks --topic with the package function ValidateTopic,
 // naming the flag.

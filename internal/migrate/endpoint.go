@@ -93,7 +93,8 @@ func (m *migration) convertEndpoint(ctx context.Context, ep keyspace.Endpoint, r
 	}
 
 	// The chunks: each tier's blocks in insertion order, ChunkSize at a
-	// time, on the lease of each chunk's first block.
+	// time, on the lease of each chunk's first block (its first block on
+	// a lease).
 	type chunk struct {
 		key   string
 		value []byte
@@ -118,7 +119,17 @@ func (m *migration) convertEndpoint(ctx context.Context, ep keyspace.Endpoint, r
 			for _, b := range part {
 				entries = append(entries, b.entry)
 			}
+			// The first block's lease; a block on none (written by hand:
+			// an ingester puts every block on one) does not leave the
+			// chunk on none while another of its blocks has one, or the
+			// chunk would never expire.
 			lease := part[0].lease
+			for _, b := range part {
+				if b.lease != 0 {
+					lease = b.lease
+					break
+				}
+			}
 			chunks = append(chunks, chunk{key: m.to.ChunkKey(ep, t, seq), value: keyspace.AppendChunkValue(nil, entries, token), lease: lease})
 			perLease[lease]++
 			if lease != 0 && !slices.ContainsFunc(shards[t.String()], func(s keyspace.LeaseShard) bool { return int64(s.ID) == lease }) {

@@ -660,3 +660,41 @@ func TestMigrateMalformedOffsetTwice(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateChunkOfALeaselessFirstBlock: a chunk whose first v1 block is
+// on no lease (a key put by hand) takes the lease of the first of its
+// blocks that has one, so it still expires with its endpoint. Before, it
+// was put on no lease.
+func TestMigrateChunkOfALeaselessFirstBlock(t *testing.T) {
+	f := newFixture(t)
+	ctx := context.Background()
+	cli := f.etcd.Client
+	prefix := fmt.Sprintf("%sblocks/%s/%s/%d/gpu/", V1Prefix, url.PathEscape(f.eps[2].Model), url.PathEscape(f.eps[2].Pod), f.eps[2].Rank)
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) < 2 {
+		t.Fatalf("gpu blocks of %v: %v, %d keys", f.eps[2], err, len(resp.Kvs))
+	}
+	// The blocks first stored (one window: one create revision) go on no
+	// lease; a put keeps a key's create revision, so they stay first.
+	first := resp.Kvs[0].CreateRevision
+	for _, kv := range resp.Kvs {
+		first = min(first, kv.CreateRevision)
+	}
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == first {
+			if _, err := cli.Put(ctx, string(kv.Key), string(kv.Value)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := f.run(t, nil); err != nil {
+		t.Fatal(err)
+	}
+	chunk, err := cli.Get(ctx, keyspace.Default().ChunkKey(f.eps[2], tier.GPU, 0))
+	if err != nil || len(chunk.Kvs) != 1 {
+		t.Fatalf("v2 chunk 0: %v, %d keys", err, len(chunk.Kvs))
+	}
+	if chunk.Kvs[0].Lease == 0 {
+		t.Fatal("the chunk of a leaseless first block is on no lease: it would never expire")
+	}
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/internal/tier"
+	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
 // testCell is one real cell for the listing: an embedded etcd holding a
@@ -258,7 +259,7 @@ func TestInspectEndpointsCellMap(t *testing.T) {
 		{[]string{"endpoints", "--cell-map", filepath.Join(t.TempDir(), "missing.json")}, "--cell-map"},
 	} {
 		_, err := runArgs(t, c.args...)
-		var ue usageError
+		var ue common.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("inspect %v: %v, want a usage error saying %q", c.args, err, c.want)
 		}

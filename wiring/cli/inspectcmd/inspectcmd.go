@@ -19,12 +19,8 @@ import (
 	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
-// usageError marks bad command-line input (exit code 2).
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return 2 }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+// usagef is common.Usagef: bad command-line input, exit status 2.
+var usagef = common.Usagef
 
 // Defaults of the shared flags (docs/limits.md, "Tools").
 const (

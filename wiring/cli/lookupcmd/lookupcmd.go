@@ -29,12 +29,11 @@ import (
 	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
-// errUsage marks bad command-line input.
-var errUsage = errors.New("usage")
+// errUsage marks bad command-line input (common.ErrUsage; exit status 2).
+var errUsage = common.ErrUsage
 
-func usagef(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{errUsage}, args...)...)
-}
+// usagef is common.Usagef.
+var usagef = common.Usagef
 
 // conn holds the flags both commands share.
 type conn struct {

@@ -183,8 +183,14 @@ func TestLookupCommand(t *testing.T) {
 		{name: "barrier_timeout_not_shorter", args: []string{"--index", addr, "--model", model, "--after", "t/0@1", "--timeout", "1s", "--barrier-timeout", "1s", "01"}, want: errUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := run(t, NewCommand, tc.args...); !errors.Is(err, tc.want) {
+			_, err := run(t, NewCommand, tc.args...)
+			if !errors.Is(err, tc.want) {
 				t.Fatalf("error = %v, want %v", err, tc.want)
+			}
+			// Bad usage exits 2, as in inspect and migrate (before: 1).
+			var coded interface{ ExitCode() int }
+			if tc.want == errUsage && (!errors.As(err, &coded) || coded.ExitCode() != 2) {
+				t.Fatalf("error = %v: not a usage error of exit status 2", err)
 			}
 		})
 	}

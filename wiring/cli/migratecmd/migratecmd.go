@@ -14,12 +14,8 @@ import (
 	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
-// usageError marks bad command-line input (exit code 2).
-type usageError struct{ error }
-
-func (usageError) ExitCode() int { return 2 }
-
-func usagef(format string, args ...any) error { return usageError{fmt.Errorf(format, args...)} }
+// usagef is common.Usagef: bad command-line input, exit status 2.
+var usagef = common.Usagef
 
 // NewCommand returns `kvindex migrate`.
 func NewCommand() *cobra.Command {

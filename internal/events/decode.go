@@ -323,20 +323,60 @@ func (d *Decoder) decodeRank(b *Batch) error {
 }
 
 // eventState collects one event's fields while it is decoded, into ev (its
-// place in the batch's Events); invalid holds the first field problem that
-// makes the event invalid without breaking the msgpack structure.
+// place in the batch's Events). invalid holds, per field, the first problem
+// that makes the event invalid without breaking the msgpack structure (the
+// event's own shape, such as a missing tag, under fieldType); finish counts
+// only the fields that belong to the event's type, because a map event's
+// tag may come after its fields and a field of another type is ignored
+// (DESIGN "Event wire format"). cur is the field being decoded.
 type eventState struct {
 	ev        *Event
 	tag       string
 	known     bool
 	hasHashes bool
-	invalid   string
+	cur       eventField
+	seen      uint16 // map events: the fields read so far, by bit
+	invalid   [fieldCount]string
 }
 
+// fail records a problem of the field being decoded, unless it has one.
 func (s *eventState) fail(format string, args ...any) {
-	if s.invalid == "" {
-		s.invalid = fmt.Sprintf(format, args...)
+	if s.invalid[s.cur] == "" {
+		s.invalid[s.cur] = fmt.Sprintf(format, args...)
 	}
+}
+
+// failShape records a problem of the event as a whole (its tag, its map).
+func (s *eventState) failShape(format string, args ...any) {
+	s.cur = fieldType
+	s.fail(format, args...)
+}
+
+// problem returns the first recorded problem of a field that belongs to
+// the event's type (every field for an unknown type, whose tag is then
+// the only one that counts), or "".
+func (s *eventState) problem() string {
+	if s.invalid[fieldType] != "" {
+		return s.invalid[fieldType]
+	}
+	if !s.known {
+		return ""
+	}
+	var fields []eventField
+	switch s.ev.Type {
+	case BlockStored:
+		fields = storedFields
+	case BlockRemoved:
+		fields = removedFields
+	case TierBlocksCleared:
+		fields = tierClearedFields
+	}
+	for _, f := range fields {
+		if m := s.invalid[f]; m != "" {
+			return m
+		}
+	}
+	return ""
 }
 
 // eventField is an event field this decoder reads, by its wire name
@@ -357,6 +397,7 @@ const (
 	fieldExtraKeys
 	fieldGroupIdx
 	fieldKVCacheSpecKind
+	fieldCount // the number of fields above
 )
 
 // fieldNames are the fields' wire names, as vLLM's kv_events structs name
@@ -417,7 +458,7 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 		return err
 	}
 	if n == 0 {
-		s.fail("empty event array has no type tag")
+		s.failShape("empty event array has no type tag")
 		return nil
 	}
 	if err := d.decodeTag(s); err != nil {
@@ -473,9 +514,20 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 			return err
 		}
 		f := fieldOf(key)
+		if f != fieldIgnored && f != fieldType {
+			// A field given twice is refused, not settled by its last
+			// value (a second medium would move a removal to another
+			// tier); it counts only if the field belongs to the type.
+			if bit := uint16(1) << f; s.seen&bit != 0 {
+				s.cur = f
+				s.fail("field %s is given more than once", fieldNames[f])
+			} else {
+				s.seen |= bit
+			}
+		}
 		if f == fieldType {
 			if sawType {
-				s.fail(`event map has more than one "type" field`)
+				s.failShape(`event map has more than one "type" field`)
 			}
 			sawType = true
 			if err := d.decodeTag(s); err != nil {
@@ -488,7 +540,7 @@ func (d *Decoder) decodeMapEvent(s *eventState) error {
 		}
 	}
 	if !sawType {
-		s.fail(`event map has no "type" field`)
+		s.failShape(`event map has no "type" field`)
 	}
 	return nil
 }
@@ -528,7 +580,7 @@ func (d *Decoder) decodeTag(s *eventState) error {
 		return fmt.Errorf("event type tag: %w", err)
 	}
 	if !isStr(c) {
-		s.fail("type tag is %s, want string", describe(c))
+		s.failShape("type tag is %s, want string", describe(c))
 		return d.skip("event type tag")
 	}
 	tag, err := d.str("event type tag")
@@ -548,6 +600,7 @@ func (d *Decoder) decodeTag(s *eventState) error {
 // before its fields, so a type in a field's position is not one).
 func (d *Decoder) decodeField(s *eventState, f eventField) error {
 	name := fieldNames[f]
+	s.cur = f
 	switch f {
 	case fieldBlockHashes:
 		s.hasHashes = true
@@ -623,10 +676,10 @@ func (d *Decoder) finish(s *eventState) *Skip {
 	skip := func(r SkipReason, format string, args ...any) *Skip {
 		return &Skip{Index: ev.Index, Tag: s.tag, Reason: r, Detail: fmt.Sprintf(format, args...)}
 	}
-	switch {
-	case s.invalid != "":
-		return skip(SkipInvalid, "%s", s.invalid)
-	case !s.known:
+	if m := s.problem(); m != "" {
+		return skip(SkipInvalid, "%s", m)
+	}
+	if !s.known {
 		return skip(SkipUnknownType, "unknown event type %q", s.tag)
 	}
 	switch ev.Type {

@@ -234,12 +234,19 @@ func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.Le
 		tc.chunks = make(map[uint64]*chunk)
 		tc.where = make(map[uint64]*chunk)
 	}
-	if seq >= tc.next {
-		tc.next = seq + 1
-	}
-	view, err := keyspace.ParseChunkValue(value)
-	if err == nil && view.HasEngine() != token {
-		err = fmt.Errorf("chunk entries of width %d in an endpoint of hash mode %s", value[0], ep.hashMode)
+	var view keyspace.ChunkView
+	if seq > keyspace.MaxChunkSeq {
+		// Not written by a writer: taking it would wrap the next
+		// sequence to 0, over the endpoint's first chunk.
+		err = fmt.Errorf("sequence %d is past %d", seq, uint64(keyspace.MaxChunkSeq))
+	} else {
+		if seq >= tc.next {
+			tc.next = seq + 1
+		}
+		view, err = keyspace.ParseChunkValue(value)
+		if err == nil && view.HasEngine() != token {
+			err = fmt.Errorf("chunk entries of width %d in an endpoint of hash mode %s", value[0], ep.hashMode)
+		}
 	}
 	if err != nil {
 		w.log.Warn("a chunk cannot be kept; deleting it", "endpoint", ep.id.String(), "key", string(key), "err", err)

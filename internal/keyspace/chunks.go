@@ -48,6 +48,14 @@ const MaxChunkEntries = 256
 // seqLen is the length of a chunk key's hex sequence segment.
 const seqLen = hashLen
 
+// MaxChunkSeq is the largest chunk sequence number a writer uses (2^63-1).
+// A writer opens one chunk per 24-64 blocks, so at a million blocks a
+// second it would take over a hundred thousand years to get there; a
+// chunk key past it, or a chunk_next past MaxChunkSeq+1, was written by
+// something else and is treated as malformed, so a writer's next sequence
+// never wraps to 0 and overwrites its first chunk.
+const MaxChunkSeq = 1<<63 - 1
+
 // ChunkEntry is one block of a chunk: Key is the hash routers look up (the
 // key hash), Engine the engine's own hash of the block (equal to Key in
 // engine-hash mode).

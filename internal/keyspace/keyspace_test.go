@@ -244,10 +244,13 @@ func TestRecordsRoundTrip(t *testing.T) {
 	if got.Shards(tier.GPU)[0].Keys != 10 || got.Shards(tier.CPU) != nil {
 		t.Fatalf("Shards = %v / %v", got.Shards(tier.GPU), got.Shards(tier.CPU))
 	}
-	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`, `{"hash_mode":"engine","chunk_next":{"hbm":1}}`, `{"hash_mode":"engine","chunk_next":{"gpu":-1}}`} {
+	for _, bad := range []string{`{`, `{"hash_mode":"nope"}`, `{"hash_mode":"engine","lease":"zz"}`, `{"hash_mode":"engine","tier_leases":{"hbm":[]}}`, `{"hash_mode":"engine","attention_group":-1}`, `{"hash_mode":"engine","attention_group":"3"}`, `{"hash_mode":"engine","chunk_next":{"hbm":1}}`, `{"hash_mode":"engine","chunk_next":{"gpu":-1}}`, `null`, ` null `, `{"hash_mode":"engine","chunk_next":{"gpu":9223372036854775809}}`} {
 		if _, err := UnmarshalEndpointRecord([]byte(bad)); !errors.Is(err, ErrMalformedValue) {
 			t.Errorf("UnmarshalEndpointRecord(%s) error = %v, want ErrMalformedValue", bad, err)
 		}
+	}
+	if _, err := UnmarshalEndpointMeta([]byte("null")); !errors.Is(err, ErrMalformedValue) {
+		t.Errorf("UnmarshalEndpointMeta(null) error = %v, want ErrMalformedValue", err)
 	}
 	meta, err := UnmarshalEndpointMeta(b)
 	if err != nil {

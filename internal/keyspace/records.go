@@ -1,6 +1,7 @@
 package keyspace
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -122,6 +123,9 @@ func (r *EndpointRecord) Marshal() ([]byte, error) {
 // are ignored so that older readers accept newer writers' records. It
 // returns ErrMalformedValue for anything that is not such a record.
 func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
+	if isNull(v) {
+		return EndpointRecord{}, errNullRecord
+	}
 	var r EndpointRecord
 	err := json.Unmarshal(v, &r)
 	if err != nil {
@@ -135,9 +139,12 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in tier_leases", ErrMalformedValue, name)
 		}
 	}
-	for name := range r.ChunkNext {
+	for name, next := range r.ChunkNext {
 		if _, ok := tier.Parse(name); !ok {
 			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: unknown tier %q in chunk_next", ErrMalformedValue, name)
+		}
+		if next > MaxChunkSeq+1 {
+			return EndpointRecord{}, fmt.Errorf("%w: endpoint record: chunk_next %d of tier %s is past %d", ErrMalformedValue, next, name, uint64(MaxChunkSeq)+1)
 		}
 	}
 	if r.AttentionGroup != nil && *r.AttentionGroup < 0 {
@@ -145,6 +152,12 @@ func UnmarshalEndpointRecord(v []byte) (EndpointRecord, error) {
 	}
 	return r, nil
 }
+
+// isNull reports a JSON null, which json.Unmarshal takes as "no change":
+// decoded, it would pass for an empty record.
+func isNull(v []byte) bool { return bytes.Equal(bytes.TrimSpace(v), []byte("null")) }
+
+var errNullRecord = fmt.Errorf("%w: endpoint record is null, want an object", ErrMalformedValue)
 
 // EndpointMeta is the part of an EndpointRecord that readers listing
 // endpoints need (indexd keeps it for ListEndpoints).
@@ -176,6 +189,9 @@ type endpointMetaJSON struct {
 // IDs that are not hex (it does not read them: leases are the ingester's
 // business).
 func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
+	if isNull(v) {
+		return EndpointMeta{}, errNullRecord
+	}
 	var r endpointMetaJSON
 	if err := json.Unmarshal(v, &r); err != nil {
 		return EndpointMeta{}, fmt.Errorf("%w: endpoint record: %v", ErrMalformedValue, err)

@@ -340,6 +340,9 @@ func v2Record(v1 []byte, shards map[string][]keyspace.LeaseShard, next map[strin
 	if err := json.Unmarshal(v1, &obj); err != nil {
 		return nil, fmt.Errorf("%w: endpoint record: %v", keyspace.ErrMalformedValue, err)
 	}
+	if obj == nil { // JSON null
+		return nil, fmt.Errorf("%w: endpoint record is null, want an object", keyspace.ErrMalformedValue)
+	}
 	set := func(name string, v any, empty bool) error {
 		if empty {
 			delete(obj, name)

@@ -260,12 +260,15 @@ func TestMigrate(t *testing.T) {
 	ctx := context.Background()
 	cli := f.etcd.Client
 	// Bad input, reported and not migrated, no crash: a malformed v1 block
-	// key, a token-mode block whose value is no engine hash, and a block
-	// of an endpoint that has no record.
+	// key, a token-mode block whose value is no engine hash, a block of an
+	// endpoint that has no record, and a record that is JSON null (it
+	// crashed migrate, decoded as an empty record).
 	for k, v := range map[string]string{
-		V1Prefix + "blocks/Qwen%2FQwen3-32B/vllm-b/0/gpu/NOTAHASH":                                          "",
-		f.w.blockKey(f.eps[1], tier.GPU, 0x77):                                                              "not-hex",
-		f.w.blockKey(keyspace.Endpoint{Model: "Qwen/Qwen3-32B", Pod: "no-record", Rank: 0}, tier.GPU, 0x78): "",
+		V1Prefix + "endpoints/Qwen%2FQwen3-32B/null-record/0":                                                 "null",
+		f.w.blockKey(keyspace.Endpoint{Model: "Qwen/Qwen3-32B", Pod: "null-record", Rank: 0}, tier.GPU, 0xaa): "",
+		V1Prefix + "blocks/Qwen%2FQwen3-32B/vllm-b/0/gpu/NOTAHASH":                                            "",
+		f.w.blockKey(f.eps[1], tier.GPU, 0x77):                                                                "not-hex",
+		f.w.blockKey(keyspace.Endpoint{Model: "Qwen/Qwen3-32B", Pod: "no-record", Rank: 0}, tier.GPU, 0x78):   "",
 	} {
 		if _, err := cli.Put(ctx, k, v); err != nil {
 			t.Fatal(err)
@@ -279,7 +282,7 @@ func TestMigrate(t *testing.T) {
 	if rep.Endpoints != 3 || rep.TokenEndpoints != 2 || rep.Puts == 0 || rep.Transactions < 2 {
 		t.Fatalf("report %+v", rep)
 	}
-	if diff := cmp.Diff(map[string]int{"bad_block_key": 1, "bad_engine_hash": 1, "blocks_without_record": 1}, rep.Skipped); diff != "" {
+	if diff := cmp.Diff(map[string]int{"bad_block_key": 1, "bad_endpoint_record": 1, "bad_engine_hash": 1, "blocks_without_record": 2}, rep.Skipped); diff != "" {
 		t.Errorf("skipped (-want +got):\n%s", diff)
 	}
 	if diff := cmp.Diff(map[string]int{"gpu": 284, "cpu": 70, "disk": 4}, rep.Blocks); diff != "" {

@@ -25,7 +25,8 @@ func (st *endpoint) clear() {
 // (the event's parent in the endpoint's map, or client.TokenKeyRoot), its
 // block_size tokens and its extras (extra_keys[i] when the event has
 // extra_keys, else the LoRA name when set); a token-less placeholder takes
-// the key its engine hash has on the endpoint. Unknown parents and
+// the key its engine hash has on the endpoint. A parent 0 that names no
+// block of the endpoint is a root (DESIGN "Hashing"). Unknown parents and
 // placeholders, token counts that are not block_size per block, token ids
 // outside uint32 and unkeyable extra_keys leave the blocks out (an
 // unkeyable block also leaves out the rest of its event, which chains on
@@ -51,10 +52,14 @@ func (st *endpoint) storeTokens(ev events.Event) {
 	parent := client.TokenKeyRoot
 	if ev.HasParent {
 		e, ok := st.engine[ev.ParentHash]
-		if !ok {
+		switch {
+		case ok:
+			parent = e.key
+		case ev.ParentHash != 0:
 			return
 		}
-		parent = e.key
+		// else parent 0 naming no block of the endpoint: a root (DESIGN
+		// "Hashing", parent 0).
 	}
 	for i, h := range ev.BlockHashes {
 		toks := make([]uint32, 0, bs)

@@ -356,11 +356,8 @@ func (g *generator) event(e *genEngine, arrays bool) any {
 		e.runs = append(e.runs, run)
 	}
 	var parent any
-	switch {
-	case start > 0:
+	if start > 0 {
 		parent = g.wireHash(g.hash(e.model, start-1))
-	case rng.IntN(3) == 0:
-		parent = 0 // "no parent" as llm-d-inference-sim and llm-d's adapters send it
 	}
 	tokens := make([]int, 0, 4*k)
 	if medium == nil || medium == "GPU" {

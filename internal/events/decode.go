@@ -362,15 +362,7 @@ func (s *eventState) problem() string {
 	if !s.known {
 		return ""
 	}
-	var fields []eventField
-	switch s.ev.Type {
-	case BlockStored:
-		fields = storedFields
-	case BlockRemoved:
-		fields = removedFields
-	case TierBlocksCleared:
-		fields = tierClearedFields
-	}
+	fields := typeFields(s.ev.Type)
 	for _, f := range fields {
 		if m := s.invalid[f]; m != "" {
 			return m
@@ -426,6 +418,20 @@ var (
 	tierClearedFields = []eventField{fieldMedium}
 )
 
+// typeFields returns the fields that belong to an event type, in their
+// tagged-array positions (nil for AllBlocksCleared, which has none).
+func typeFields(t Type) []eventField {
+	switch t {
+	case BlockStored:
+		return storedFields
+	case BlockRemoved:
+		return removedFields
+	case TierBlocksCleared:
+		return tierClearedFields
+	}
+	return nil
+}
+
 // decodeEvent decodes the next event into ev, which holds only its Index,
 // and reports it as a skip instead when it is invalid or of an unknown
 // type (ev is then the caller's to discard).
@@ -464,15 +470,7 @@ func (d *Decoder) decodeArrayEvent(s *eventState) error {
 	if err := d.decodeTag(s); err != nil {
 		return err
 	}
-	var fields []eventField
-	switch s.ev.Type {
-	case BlockStored:
-		fields = storedFields
-	case BlockRemoved:
-		fields = removedFields
-	case TierBlocksCleared:
-		fields = tierClearedFields
-	}
+	fields := typeFields(s.ev.Type)
 	for j := 1; j < n; j++ {
 		f := fieldIgnored
 		if j-1 < len(fields) {

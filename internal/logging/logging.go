@@ -4,6 +4,7 @@
 package logging
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -19,12 +20,22 @@ const (
 	FormatJSON Format = "json"
 )
 
+// ErrLevel and ErrFormat are the errors New wraps for a level or a format
+// it does not know, so a command can name its flag (--log-level,
+// --log-format).
+var (
+	ErrLevel  = errors.New("logging: unknown level")
+	ErrFormat = errors.New("logging: unknown format")
+)
+
 // New returns a logger writing to w at level in format ("text" or "json").
-// It returns an error naming the bad value for anything else.
+// level is a slog level name, any case: debug, info, warn or error. An
+// unknown level wraps ErrLevel and an unknown format ErrFormat, each
+// error quoting the bad value.
 func New(w io.Writer, level string, format Format) (*slog.Logger, error) {
 	var lv slog.Level
 	if err := lv.UnmarshalText([]byte(strings.ToUpper(level))); err != nil {
-		return nil, fmt.Errorf("logging: level %q: want debug, info, warn or error", level)
+		return nil, fmt.Errorf("%w %q: want debug, info, warn or error", ErrLevel, level)
 	}
 	opts := &slog.HandlerOptions{Level: lv}
 	switch format {
@@ -33,7 +44,7 @@ func New(w io.Writer, level string, format Format) (*slog.Logger, error) {
 	case FormatJSON:
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, fmt.Errorf("logging: format %q: want text or json", format)
+	return nil, fmt.Errorf("%w %q: want text or json", ErrFormat, format)
 }
 
 // Discard returns a logger that drops everything (for tests and benches).

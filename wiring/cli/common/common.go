@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -52,8 +53,16 @@ func (l *Logging) Logger() (*slog.Logger, error) {
 
 // LoggerTo builds the logger the flags describe, writing to w (a
 // command's ErrOrStderr, so an in-process caller can read the lines).
+// A bad value is an error naming its flag.
 func (l *Logging) LoggerTo(w io.Writer) (*slog.Logger, error) {
-	return logging.New(w, l.Level, logging.Format(l.Format))
+	log, err := logging.New(w, l.Level, logging.Format(l.Format))
+	switch {
+	case errors.Is(err, logging.ErrLevel):
+		return nil, fmt.Errorf("--log-level: %w", err)
+	case errors.Is(err, logging.ErrFormat):
+		return nil, fmt.Errorf("--log-format: %w", err)
+	}
+	return log, err
 }
 
 // Etcd holds the flags that locate kvindex's data in etcd.
@@ -272,9 +281,12 @@ type Ops struct {
 	Pprof  bool
 }
 
-// Register adds --metrics-listen and --pprof to fs.
-func (o *Ops) Register(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Listen, "metrics-listen", contract.DefaultMetricsAddr, "host:port of the ops HTTP server (/metrics, /healthz, /readyz)")
+// Register adds --metrics-listen and --pprof to fs. pages names the
+// role's extra pages (indexd's "/status"), so --metrics-listen's help
+// lists everything the server serves; the same paths go to Server.
+func (o *Ops) Register(fs *pflag.FlagSet, pages ...string) {
+	served := append([]string{"/metrics", "/healthz", "/readyz"}, pages...)
+	fs.StringVar(&o.Listen, "metrics-listen", contract.DefaultMetricsAddr, "host:port of the ops HTTP server ("+strings.Join(served, ", ")+")")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof/ on --metrics-listen")
 }
 

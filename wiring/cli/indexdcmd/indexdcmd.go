@@ -60,11 +60,13 @@ type indexdFlags struct {
 func (f *indexdFlags) register(fs *pflag.FlagSet) {
 	f.logFlags.Register(fs)
 	f.etcdFlags.Register(fs)
-	f.ops.Register(fs)
+	f.ops.Register(fs, statusPath)
 	fs.StringVar(&f.cfg.ListenAddr, "listen", contract.DefaultGRPCAddr, "gRPC listen address (Lookup, ListEndpoints, health; reflection with --grpc-reflection)")
 	f.tlsFlags.Register(fs)
 	fs.BoolVar(&f.reflect, "grpc-reflection", false, "serve gRPC server reflection on --listen (grpcurl without a .proto); off by default: it describes the API to any client")
 	RegisterConnectionFlags(fs, &f.cfg)
+	// Not a connection flag: `kvindex standalone` has no --health-listen.
+	fs.IntVar(&f.cfg.HealthMaxConnections, "health-max-connections", indexd.DefaultHealthMaxConnections, "most open connections on --health-listen; past it new connections wait to be accepted")
 	fs.StringVar(&f.healthAddr, "health-listen", "", "host:port of a plaintext port serving only grpc.health.v1, for kubelet probes (default: none)")
 	fs.IntVar(&f.cfg.MaxHashes, "max-hashes", indexd.DefaultMaxHashes, "most block hashes one Lookup may carry")
 	fs.IntVar(&f.cfg.MaxTokens, "max-tokens", indexd.DefaultMaxTokens, "most token ids one token Lookup may carry")
@@ -134,7 +136,7 @@ func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
 			return err
 		}
 		return srv.Ready()
-	}, map[string]http.Handler{"/status": srv.StatusHandler()})
+	}, map[string]http.Handler{statusPath: srv.StatusHandler()})
 	if err != nil {
 		return err
 	}
@@ -157,13 +159,16 @@ var positiveFlags = []string{
 	"max-hashes", "max-tokens", "max-multimodal-items", "max-extra-bytes", "max-candidates", "max-barrier-records", "max-request-bytes",
 	"barrier-timeout", "max-barrier-timeout", "list-concurrency", "shutdown-grace",
 	"max-barrier-waiters", "max-concurrent-streams", "list-page-size", "max-list-page-size",
-	"progress-interval", "stale-log-after", "max-inflight-blocks",
+	"progress-interval", "stale-log-after", "max-inflight-blocks", "health-max-connections",
 }
+
+// statusPath is where the ops server serves indexd's status page.
+const statusPath = "/status"
 
 // ConnectionFlags are the flags RegisterConnectionFlags adds, all of
 // which must be positive (common.CheckPositive).
 var ConnectionFlags = []string{
-	"max-connections", "health-max-connections", "handshake-timeout", "max-connection-idle",
+	"max-connections", "handshake-timeout", "max-connection-idle",
 	"max-connection-age", "max-connection-age-grace", "keepalive-min-time", "keepalive-time", "keepalive-timeout",
 }
 
@@ -172,7 +177,6 @@ var ConnectionFlags = []string{
 // standalone` registers them too. Each defaults to indexd's default.
 func RegisterConnectionFlags(fs *pflag.FlagSet, cfg *indexd.Config) {
 	fs.IntVar(&cfg.MaxConnections, "max-connections", indexd.DefaultMaxConnections, "most open connections on --listen; past it new connections wait to be accepted")
-	fs.IntVar(&cfg.HealthMaxConnections, "health-max-connections", indexd.DefaultHealthMaxConnections, "most open connections on --health-listen; past it new connections wait to be accepted")
 	fs.DurationVar(&cfg.HandshakeTimeout, "handshake-timeout", indexd.DefaultHandshakeTimeout, "how long a new gRPC connection may take for its TLS handshake and HTTP/2 preface")
 	fs.DurationVar(&cfg.MaxConnectionIdle, "max-connection-idle", indexd.DefaultMaxConnectionIdle, "close a gRPC connection with no call in flight for this long")
 	fs.DurationVar(&cfg.MaxConnectionAge, "max-connection-age", indexd.DefaultMaxConnectionAge, "close every gRPC connection after this long (±10% jitter), so clients spread over new replicas")

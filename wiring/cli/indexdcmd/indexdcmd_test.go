@@ -133,6 +133,11 @@ func TestIndexdCommandDefaults(t *testing.T) {
 	if d, err := time.ParseDuration(v); err != nil || d <= 0 {
 		t.Errorf("--max-staleness default %q, want a positive duration", v)
 	}
+	// The help of --metrics-listen lists every page the ops server serves,
+	// the status page too.
+	if u := fs.Lookup("metrics-listen").Usage; !strings.Contains(u, statusPath) || !strings.Contains(u, "/metrics") {
+		t.Errorf("--metrics-listen help %q, want it to name /metrics and %s", u, statusPath)
+	}
 }
 
 // TestIndexdCommandRefusesNonPositiveFlags: a zero or negative limit is an

@@ -108,7 +108,7 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 		Ingester: func(c *ingester.Config) { c.LivenessWindow, c.HashMode = f.liveness, mode },
 		Indexd: func(c *indexd.Config) {
 			c.TLS, c.Reflection = tlsCfg, f.reflect
-			c.MaxConnections, c.HealthMaxConnections, c.HandshakeTimeout = f.conns.MaxConnections, f.conns.HealthMaxConnections, f.conns.HandshakeTimeout
+			c.MaxConnections, c.HandshakeTimeout = f.conns.MaxConnections, f.conns.HandshakeTimeout
 			c.MaxConnectionIdle, c.MaxConnectionAge, c.MaxConnectionAgeGrace = f.conns.MaxConnectionIdle, f.conns.MaxConnectionAge, f.conns.MaxConnectionAgeGrace
 			c.KeepaliveMinTime, c.KeepaliveTime, c.KeepaliveTimeout = f.conns.KeepaliveMinTime, f.conns.KeepaliveTime, f.conns.KeepaliveTimeout
 		},

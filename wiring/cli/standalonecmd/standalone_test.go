@@ -28,6 +28,8 @@ func TestFlagsRefused(t *testing.T) {
 		{name: "topic_with_space_and_slash", args: []string{"--topic", "bad topic/x"}, want: "--topic: topic name \"bad topic/x\""},
 		{name: "tls_key_without_cert", args: []string{"--tls-key-file", "k.pem"}, want: "--tls-cert-file and --tls-key-file go together"},
 		{name: "client_ca_without_cert", args: []string{"--tls-client-ca-file", "ca.pem"}, want: "--tls-cert-file and --tls-key-file go together"},
+		// Standalone serves no health port, so it has no flag to bound one.
+		{name: "health_max_connections_without_health_port", args: []string{"--health-max-connections", "8"}, want: "unknown flag: --health-max-connections"},
 		{name: "topic_too_long", args: []string{"--topic", strings.Repeat("t", 250)}, want: "--topic: topic name is 250 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

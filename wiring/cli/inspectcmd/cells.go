@@ -194,6 +194,6 @@ func writeCellEndpoints(w io.Writer, output string, l *cellEndpoints) error {
 			return err
 		}
 	}
-	_, err := fmt.Fprintf(w, "%d endpoints in %d cells\n", len(l.endpoints), len(l.cells))
+	_, err := fmt.Fprintf(w, "%s in %s\n", plural(len(l.endpoints), "endpoint"), plural(len(l.cells), "cell"))
 	return err
 }

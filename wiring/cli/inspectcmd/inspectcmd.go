@@ -9,7 +9,6 @@ package inspectcmd
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -374,7 +373,7 @@ func (o *options) scan(ctx context.Context, s *scanner) ([]*endpointScan, []prob
 		}
 	}
 	if total > seen {
-		probs = append(probs, problem{Key: prefix, Error: fmt.Sprintf("%d chunk keys under no endpoint record", total-seen)})
+		probs = append(probs, problem{Key: prefix, Error: plural(int(total-seen), "chunk key") + " under no endpoint record"})
 	}
 	return eps, probs, nil
 }

@@ -236,7 +236,7 @@ func TestInspectChunksAndModels(t *testing.T) {
 	}
 	var orphan bool
 	for _, p := range chunks.Problems {
-		orphan = orphan || strings.Contains(p.Error, "1 chunk keys under no endpoint record")
+		orphan = orphan || strings.Contains(p.Error, "1 chunk key under no endpoint record")
 	}
 	if !orphan || len(chunks.Problems) != 3 {
 		t.Fatalf("problems %+v: want the malformed value and key and the chunk under no record", chunks.Problems)
@@ -261,8 +261,15 @@ func TestInspectChunksAndModels(t *testing.T) {
 	if diff := cmp.Diff(want, models.Models); diff != "" {
 		t.Fatalf("models (-want +got):\n%s", diff)
 	}
-	if out := run(t, e, "models"); !strings.Contains(out, "meta-llama/Llama-3.1-8B-Instruct  2          84") {
-		t.Fatalf("models text:\n%s", out)
+	out := run(t, e, "models")
+	for _, s := range []string{"meta-llama/Llama-3.1-8B-Instruct  2          84", "2 models at revision", "4 problems (keys"} {
+		if !strings.Contains(out, s) {
+			t.Fatalf("models text, want %q in:\n%s", s, out)
+		}
+	}
+	// Counts of one read in the singular.
+	if out := run(t, e, "models", "--model", epA.Model); !strings.Contains(out, "1 model at revision") {
+		t.Fatalf("models --model text, want \"1 model at revision\" in:\n%s", out)
 	}
 }
 

@@ -29,7 +29,7 @@ func writeProblems(w io.Writer, probs []problem) error {
 	if len(probs) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "%d problems (keys or values that do not parse):\n", len(probs))
+	fmt.Fprintf(w, "%s (keys or values that do not parse):\n", plural(len(probs), "problem"))
 	for _, p := range probs {
 		if _, err := fmt.Fprintf(w, "  %s: %s\n", common.Display(p.Key), common.Display(p.Error)); err != nil {
 			return err
@@ -103,7 +103,7 @@ func writeEndpoints(w io.Writer, output string, rev int64, eps []*endpointScan, 
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "%d endpoints at revision %d\n", len(good), rev); err != nil {
+	if _, err := fmt.Fprintf(w, "%s at revision %d\n", plural(len(good), "endpoint"), rev); err != nil {
 		return err
 	}
 	return writeProblems(w, probs)
@@ -324,7 +324,7 @@ func writeModels(w io.Writer, output string, rev int64, eps []*endpointScan, pro
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if _, err := fmt.Fprintf(w, "%d models at revision %d\n", len(models), rev); err != nil {
+	if _, err := fmt.Fprintf(w, "%s at revision %d\n", plural(len(models), "model"), rev); err != nil {
 		return err
 	}
 	return writeProblems(w, probs)

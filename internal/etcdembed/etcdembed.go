@@ -11,12 +11,15 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	"go.etcd.io/etcd/server/v3/embed"
 
 	"github.com/kvindex/kvindex/internal/logging"
@@ -82,10 +85,21 @@ type Server struct {
 	e       *embed.Etcd
 	url     string
 	closing *atomic.Bool
+	lock    *fileutil.LockedFile
 }
 
 // ErrAddrInUse reports that a configured listen address is taken.
 var ErrAddrInUse = errors.New("etcdembed: address in use")
+
+// ErrDataDirInUse reports that another Server, in this process or
+// another, holds Config.DataDir. etcd itself would wait on its database
+// file's lock for as long as the other holds it, deaf to the context.
+var ErrDataDirInUse = errors.New("etcdembed: data dir in use")
+
+// LockFile is the file in Config.DataDir a Server holds an exclusive lock
+// on while it runs (etcd's fileutil.TryLockFile: an OFD lock on Linux,
+// flock elsewhere), released by Close or by the process's exit.
+const LockFile = "kvindex.lock"
 
 // pickRetries is how many times Start tries when it picked a free port
 // itself (an address with port 0) and another process took that port
@@ -190,20 +204,47 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	etcdLog := slog.New(&gateHandler{Handler: cfg.Logger.Handler(), min: cfg.LogLevel, closing: closing}).With("component", "etcd")
 	ec.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logging.Zap(etcdLog))
 
+	lock, err := lockDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	e, err := embed.StartEtcd(ec)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("etcdembed: start: %w", err)
+	}
+	stop := func() {
+		closing.Store(true) // etcd reports its listeners closing as errors
+		e.Close()
+		lock.Close()
 	}
 	select {
 	case <-e.Server.ReadyNotify():
 	case err := <-e.Err():
-		e.Close()
+		stop()
 		return nil, fmt.Errorf("etcdembed: %w", err)
 	case <-ctx.Done():
-		e.Close()
+		stop()
 		return nil, fmt.Errorf("etcdembed: waiting for etcd to serve: %w", ctx.Err())
 	}
-	return &Server{e: e, url: cu.String(), closing: closing}, nil
+	return &Server{e: e, url: cu.String(), closing: closing, lock: lock}, nil
+}
+
+// lockDataDir creates dir (0700, as etcd does) and takes the lock on its
+// LockFile without waiting: a held lock is ErrDataDirInUse at once.
+func lockDataDir(dir string) (*fileutil.LockedFile, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("etcdembed: data dir: %w", err)
+	}
+	path := filepath.Join(dir, LockFile)
+	l, err := fileutil.TryLockFile(path, os.O_WRONLY|os.O_CREATE, fileutil.PrivateFileMode)
+	if errors.Is(err, fileutil.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s is held by another process or by another server in this one", ErrDataDirInUse, dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("etcdembed: data dir lock: %w", err)
+	}
+	return l, nil
 }
 
 // resolve returns addr, or, when its port is 0, addr with a free port.
@@ -235,13 +276,15 @@ func (s *Server) Endpoints() []string { return []string{s.url} }
 // never sent).
 func (s *Server) Err() <-chan error { return s.e.Err() }
 
-// Close stops the server and waits for it; the data directory stays.
+// Close stops the server and waits for it, then releases the data
+// directory's lock; the data directory stays.
 //
 // etcd's own logs are silenced from here on: while it stops it reports its
 // closed listeners as errors.
 func (s *Server) Close() {
 	s.closing.Store(true)
 	s.e.Close()
+	s.lock.Close()
 }
 
 // gateHandler passes etcd's records at min and above until the server

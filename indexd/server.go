@@ -222,7 +222,9 @@ func (s *Server) Run(ctx context.Context) error {
 		return nil
 	})
 	g.Go(func() error {
-		if err := s.grpc.Serve(s.lis); err != nil {
+		// ErrServerStopped is our own stop reaching the server before
+		// Serve did (ctx done at once): a shutdown, not a failure.
+		if err := s.grpc.Serve(s.lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("indexd: serving gRPC on %s: %w", s.Addr(), err)
 		}
 		return nil

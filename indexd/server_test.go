@@ -405,3 +405,25 @@ func TestConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestRunStoppedBeforeServing: a Run whose context is already done (Ctrl-C
+// while the process starts) shuts down and returns nil, also when its stop
+// reaches the gRPC server before Serve does (Serve then returns
+// grpc.ErrServerStopped, which is our own stop, not a failure).
+func TestRunStoppedBeforeServing(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 20 {
+		cfg := DefaultConfig()
+		cfg.Etcd = e.Client
+		cfg.ListenAddr = "127.0.0.1:0"
+		srv, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Run(ctx); err != nil {
+			t.Fatalf("run %d: Run with a done context = %v, want nil", i, err)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/ingester"
 	"github.com/kvindex/kvindex/internal/contract"
+	"github.com/kvindex/kvindex/internal/etcdembed"
 	"github.com/kvindex/kvindex/internal/keyspace"
 	"github.com/kvindex/kvindex/wiring/cli/common"
 	"github.com/kvindex/kvindex/wiring/cli/indexdcmd"
@@ -114,10 +115,17 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 		},
 	})
 	var ae *stack.AddrError
-	if errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ae):
 		return fmt.Errorf("%w (choose another with %s)", err, flagOf[ae.Which])
-	}
-	if err != nil {
+	case errors.Is(err, etcdembed.ErrDataDirInUse):
+		return fmt.Errorf("%w (another kvindex standalone? stop it, or choose another --data-dir)", err)
+	case err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil:
+		// Ctrl-C while starting: what started is stopped again, as after
+		// "ready", and that is no failure.
+		fmt.Fprintln(out, "stopped")
+		return nil
+	case err != nil:
 		return err
 	}
 	fmt.Fprintf(out, "kafka: %s (topic %s)\n", s.KafkaAddr(), s.Topic())

@@ -101,8 +101,24 @@ func (p *pipeline) ingester(id string, tune func(*ingester.Config)) *running {
 // replica is a running indexd replica.
 type replica struct {
 	*running
+	srv  *indexd.Server
 	addr string
 	reg  *prometheus.Registry
+}
+
+// waitReady waits until the replica has applied its first list of etcd
+// (indexd.Server.Ready), so a Lookup is answered, not refused
+// UNAVAILABLE "index not loaded yet" (a client tries DefaultMaxAttempts
+// times, which a busy machine's first list can outlast).
+func (r *replica) waitReady(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(testutil.Timeout(time.Minute))
+	for r.srv.Ready() != nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("replica %s not ready after a minute: %v", r.addr, r.srv.Ready())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // replica starts an indexd replica on a free port with its own etcd client
@@ -131,7 +147,7 @@ func (p *pipeline) replica(endpoints ...string) *replica {
 		defer cli.Close()
 		return srv.Run(ctx)
 	})
-	return &replica{running: r, addr: srv.Addr().String(), reg: reg}
+	return &replica{running: r, srv: srv, addr: srv.Addr().String(), reg: reg}
 }
 
 // lists is how many complete lists of etcd the replica has applied.

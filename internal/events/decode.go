@@ -33,6 +33,9 @@ type Decoder struct {
 	mediumOK   bool
 	// kind caches the last kv_cache_spec_kind that is not a known constant.
 	kind string
+	// msgs is the space of the current event's field problems
+	// (eventState.msgs); an entry counts only while its bit is set.
+	msgs [fieldCount]string
 }
 
 // NewDecoder returns a decoder that maps mediums through mediums,
@@ -323,12 +326,14 @@ func (d *Decoder) decodeRank(b *Batch) error {
 }
 
 // eventState collects one event's fields while it is decoded, into ev (its
-// place in the batch's Events). invalid holds, per field, the first problem
-// that makes the event invalid without breaking the msgpack structure (the
-// event's own shape, such as a missing tag, under fieldType); finish counts
-// only the fields that belong to the event's type, because a map event's
-// tag may come after its fields and a field of another type is ignored
-// (DESIGN "Event wire format"). cur is the field being decoded.
+// place in the batch's Events). bad marks, by bit, the fields with a
+// problem that makes the event invalid without breaking the msgpack
+// structure (the event's own shape, such as a missing tag, under
+// fieldType); msgs holds each marked field's first problem, in the
+// Decoder's space, so a clean event writes no message and clears none.
+// finish counts only the fields that belong to the event's type, because
+// a map event's tag may come after its fields and a field of another type
+// is ignored (DESIGN "Event wire format"). cur is the field being decoded.
 type eventState struct {
 	ev        *Event
 	tag       string
@@ -336,13 +341,18 @@ type eventState struct {
 	hasHashes bool
 	cur       eventField
 	seen      uint16 // map events: the fields read so far, by bit
-	invalid   [fieldCount]string
+	bad       uint16 // the fields with a problem, by bit
+	msgs      *[fieldCount]string
 }
+
+// The field bitmasks of eventState hold every eventField.
+var _ [16 - fieldCount]struct{}
 
 // fail records a problem of the field being decoded, unless it has one.
 func (s *eventState) fail(format string, args ...any) {
-	if s.invalid[s.cur] == "" {
-		s.invalid[s.cur] = fmt.Sprintf(format, args...)
+	if bit := uint16(1) << s.cur; s.bad&bit == 0 {
+		s.bad |= bit
+		s.msgs[s.cur] = fmt.Sprintf(format, args...)
 	}
 }
 
@@ -353,19 +363,20 @@ func (s *eventState) failShape(format string, args ...any) {
 }
 
 // problem returns the first recorded problem of a field that belongs to
-// the event's type (every field for an unknown type, whose tag is then
-// the only one that counts), or "".
+// the event's type, in the type's field order (only the shape's for an
+// unknown type, whose tag is then the only thing that counts), or "".
 func (s *eventState) problem() string {
-	if s.invalid[fieldType] != "" {
-		return s.invalid[fieldType]
-	}
-	if !s.known {
+	switch {
+	case s.bad == 0:
+		return ""
+	case s.bad&(1<<fieldType) != 0:
+		return s.msgs[fieldType]
+	case !s.known:
 		return ""
 	}
-	fields := typeFields(s.ev.Type)
-	for _, f := range fields {
-		if m := s.invalid[f]; m != "" {
-			return m
+	for _, f := range typeFields(s.ev.Type) {
+		if s.bad&(1<<f) != 0 {
+			return s.msgs[f]
 		}
 	}
 	return ""
@@ -436,7 +447,7 @@ func typeFields(t Type) []eventField {
 // and reports it as a skip instead when it is invalid or of an unknown
 // type (ev is then the caller's to discard).
 func (d *Decoder) decodeEvent(ev *Event) (*Skip, error) {
-	s := eventState{ev: ev}
+	s := eventState{ev: ev, msgs: &d.msgs}
 	c, err := d.r.peek()
 	if err != nil {
 		return nil, err

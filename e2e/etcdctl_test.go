@@ -210,7 +210,7 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 
 	// p09 stores 7b05ab3397532bcc then 21cfe11cd0b23978 on pod A's gpu.
 	blocks := []string{"7b05ab3397532bcc", "21cfe11cd0b23978"}
-	checkRecipes(t, url, blocks)
+	recA := checkRecipes(t, url, blocks)
 
 	r := newRecipes(t, url)
 	out := r.run("get --prefix /kvindex/v2/offsets/")
@@ -228,6 +228,11 @@ func TestREADMEEtcdctlCommands(t *testing.T) {
 	var ing keyspace.IngesterRecord
 	if len(lines) != 2 || lines[0] != ks.IngesterKey(owner.Ingester) || json.Unmarshal([]byte(lines[1]), &ing) != nil || len(ing.Partitions) == 0 {
 		t.Fatalf("ingesters (want the owner's key %s with its partitions):\n%s", ks.IngesterKey(owner.Ingester), out)
+	}
+	// Pod A's member key, under the partition its record names.
+	out = r.run("get --prefix /kvindex/v2/members/ --keys-only")
+	if want := ks.MemberKey(keyspace.Partition{Topic: recA.Topic, Partition: recA.Partition}, keyspace.Endpoint{Model: llama, Pod: podA}); !strings.Contains(out, want) {
+		t.Fatalf("members listing, want %s in:\n%s", want, out)
 	}
 
 	// kvindex inspect, the binary, with indexd's etcd flag.

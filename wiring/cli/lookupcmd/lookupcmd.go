@@ -278,10 +278,25 @@ func (f *lookupFlags) run(cmd *cobra.Command, args []string) error {
 	if f.c.output == "json" {
 		return writeLookupJSON(cmd.OutOrStdout(), res)
 	}
+	v := tokenView{hashes: len(hashes), blockSize: f.blockSize, tokens: len(f.prompt.TokenIDs), none: noMatch(ctx, cl, f.model)}
 	if useTokens {
-		return writeLookupTable(cmd.OutOrStdout(), res, tokenView{tokens: len(f.prompt.TokenIDs)})
+		v.hashes, v.blockSize = 0, 0
 	}
-	return writeLookupTable(cmd.OutOrStdout(), res, tokenView{hashes: len(hashes), blockSize: f.blockSize, tokens: len(f.prompt.TokenIDs)})
+	return writeLookupTable(cmd.OutOrStdout(), res, v)
+}
+
+// noMatch is the line the table prints under no match: that no endpoint
+// holds the first block or, when one page of ListEndpoints says the index
+// knows no endpoint of model at all, that (a misspelt --model reads the
+// same as a cold prompt otherwise). A failing ListEndpoints keeps the
+// first: the lookup itself has answered.
+func noMatch(ctx context.Context, cl *client.Client, model string) func() string {
+	return func() string {
+		if page, err := cl.ListEndpointsPage(ctx, model, 1, ""); err == nil && len(page.Endpoints) == 0 {
+			return fmt.Sprintf("(no endpoint of model %s is known to the index)", common.Display(model))
+		}
+		return "(no endpoint holds the first block)"
+	}
 }
 
 // maxTokenFileBytes bounds a --tokens @FILE: ten times what the server's
@@ -501,9 +516,11 @@ func writeLookupJSON(w io.Writer, res *client.LookupResult) error {
 
 // tokenView is what a lookup asked: hashes block hashes (0 for a token
 // Lookup), keyed here at blockSize from tokens token ids when --tokens
-// gave them.
+// gave them. none, called only when nothing matched, says why (noMatch);
+// nil prints that no endpoint holds the first block.
 type tokenView struct {
 	hashes, blockSize, tokens int
+	none                      func() string
 }
 
 // blocks renders a match's blocks as "matched/asked" and, when the
@@ -531,7 +548,11 @@ func writeLookupTable(w io.Writer, res *client.LookupResult, v tokenView) error 
 		return err
 	}
 	if len(res.Matches) == 0 {
-		fmt.Fprintln(w, "(no endpoint holds the first block)")
+		line := "(no endpoint holds the first block)"
+		if v.none != nil {
+			line = v.none()
+		}
+		fmt.Fprintln(w, line)
 	}
 	offs := make([]string, len(res.AppliedOffsets))
 	for i, o := range res.AppliedOffsets {

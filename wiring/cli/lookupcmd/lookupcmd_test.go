@@ -166,6 +166,18 @@ func TestLookupCommand(t *testing.T) {
 		t.Errorf("candidate filter ignored:\n%s", out)
 	}
 
+	// Nothing matched: a cold prompt of a known model, and a model the
+	// index knows no endpoint of (a misspelt --model), read differently.
+	for _, tc := range []struct{ model, want string }{
+		{model, "(no endpoint holds the first block)"},
+		{"meta-llama/Llama-3.1-8B-Instruc", `(no endpoint of model meta-llama/Llama-3.1-8B-Instruc is known to the index)`},
+	} {
+		out, err := run(t, NewCommand, "--index", addr, "--model", tc.model, "0123")
+		if err != nil || !strings.Contains(out, tc.want) {
+			t.Errorf("lookup --model %s of an unheld hash = %v, want %q in:\n%s", tc.model, err, tc.want, out)
+		}
+	}
+
 	for _, tc := range []struct {
 		name string
 		args []string

@@ -290,7 +290,11 @@ func (o *options) chunksCmd() *cobra.Command {
 endpoint and tier and per tier in total, the chunks, the entries (blocks),
 the fill ratio (entries / (chunks × --chunk-size)) and the entries per
 chunk (min, mean, max), with a histogram of entries per chunk per tier.
-Chunk keys under no endpoint record are counted as a problem.
+Chunk keys under no endpoint record are a problem per endpoint they name
+(up to 100, the rest counted in one). So is a chunk a writer never
+leaves: entries of the other hash mode's width, a sequence at or past
+the record's chunk_next, or a key hash already in the tier (the ingester
+repairs each when it next rebuilds the endpoint). models checks the same.
 
 With -o json it prints one object:
   {"revision": N, "chunk_size": N,
@@ -348,8 +352,9 @@ With -o json it prints one object:
 	return cmd
 }
 
-// scan lists the endpoints in scope with their chunks, and counts the
-// chunk keys of the scope that no endpoint record covers.
+// scan lists the endpoints in scope with their chunks, checks the chunks
+// against their records (checkChunks), and names the endpoints of the
+// scope's chunk keys that no endpoint record covers (scanner.orphans).
 func (o *options) scan(ctx context.Context, s *scanner) ([]*endpointScan, []problem, error) {
 	eps, probs, err := s.endpoints(ctx, o.endpointsPrefix(s.ks))
 	if err != nil {
@@ -373,7 +378,15 @@ func (o *options) scan(ctx context.Context, s *scanner) ([]*endpointScan, []prob
 		}
 	}
 	if total > seen {
-		probs = append(probs, problem{Key: prefix, Error: plural(int(total-seen), "chunk key") + " under no endpoint record"})
+		orphans, err := s.orphans(ctx, prefix, eps, total-seen)
+		if err != nil {
+			return nil, nil, err
+		}
+		probs = append(probs, orphans...)
+	}
+	// After the count above: these problems are of chunks already seen.
+	for _, e := range eps {
+		e.Problems = append(e.Problems, checkChunks(s.ks, e)...)
 	}
 	return eps, probs, nil
 }

@@ -379,7 +379,10 @@ func (ix *Index) deleteEndpoint(key string) error {
 	return nil
 }
 
-// putOffset records a partition's next offset.
+// putOffset records a partition's next offset. A value that does not
+// parse drops the offset the partition had, as a list that meets it keeps
+// none: etcd no longer holds that offset, and a barrier must not be met
+// by it (the index never keeps a guess).
 func (ix *Index) putOffset(key string, value []byte) error {
 	p, err := ix.ks.ParseOffsetKey(key)
 	if err != nil {
@@ -387,6 +390,9 @@ func (ix *Index) putOffset(key string, value []byte) error {
 	}
 	next, err := keyspace.ParseOffset(value)
 	if err != nil {
+		if i, ok := ix.findOffset(p); ok {
+			ix.offsets = slices.Delete(ix.offsets, i, i+1)
+		}
 		return fmt.Errorf("%w: %s: %w", ErrMalformedValue, key, err)
 	}
 	i, ok := ix.findOffset(p)

@@ -430,3 +430,30 @@ func TestIndexTokenGroupsFollowRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestMalformedOffsetDropsTheOffset: a watched offset value that does not
+// parse drops the partition's offset, as a list meeting that value keeps
+// none, so a barrier is not met by an offset etcd no longer holds.
+func TestMalformedOffsetDropsTheOffset(t *testing.T) {
+	ks := keyspace.Default()
+	p := keyspace.Partition{Topic: "kvindex-events", Partition: 7}
+	ix := index.New(ks)
+	put := func(rev int64, v string) error {
+		var err error
+		ix.Write(rev, func() { _, err = ix.ApplyPut(ks.OffsetKey(p), nil, []byte(v)) })
+		return err
+	}
+	if err := put(1, "10"); err != nil {
+		t.Fatal(err)
+	}
+	barrier := []index.PartitionOffset{{Partition: p, Next: 5}}
+	if _, _, ok := ix.Lagging(barrier); !ok {
+		t.Fatal("offset 10 does not meet a barrier at 5")
+	}
+	if err := put(2, "bogus"); !errors.Is(err, index.ErrMalformedValue) {
+		t.Fatalf("malformed offset put = %v, want ErrMalformedValue", err)
+	}
+	if rec, applied, ok := ix.Lagging(barrier); ok || applied != -1 || rec.Partition != p {
+		t.Fatalf("after a malformed offset: Lagging = %v, %d, %v; want the partition unknown (-1)", rec, applied, ok)
+	}
+}

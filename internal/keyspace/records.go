@@ -185,9 +185,13 @@ type endpointMetaJSON struct {
 // record without building the rest of it: indexd applies one record per
 // endpoint per ingester window, and decoding the lease shards was a third
 // of that cost (BENCHMARKS.md, "Where the time goes"). It returns
-// ErrMalformedValue for what UnmarshalEndpointRecord rejects, except lease
-// IDs that are not hex (it does not read them: leases are the ingester's
-// business).
+// ErrMalformedValue for what UnmarshalEndpointRecord rejects in the fields
+// it reads (JSON null or not an object, an unknown hash_mode, an unknown
+// tier in tier_leases), not for the fields only writers read: lease IDs
+// that are not hex, chunk_next past 2^63 or of an unknown tier, a
+// negative attention_group. Those are the ingester's business, and a
+// reader that skipped the endpoint over them would drop blocks etcd
+// holds.
 func UnmarshalEndpointMeta(v []byte) (EndpointMeta, error) {
 	if isNull(v) {
 		return EndpointMeta{}, errNullRecord

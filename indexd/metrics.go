@@ -115,6 +115,8 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		newModelCollector(cur),
 		stat("kvindex_indexd_set_arena_bytes", "Bytes of endpoint sets (blocks held by several endpoints) in the serving index.",
 			func(ix *index.Index) float64 { return float64(4 * ix.Stats().SetWords) }),
+		stat("kvindex_indexd_duplicate_holds", "Holds of a (block, endpoint, tier) by a chunk beyond the first chunk holding it: 0 while writers keep the chunk rule; above 0 for longer than a window, a chunk in etcd breaks it (kvindex inspect chunks names it; the ingester repairs it when it next rebuilds the endpoint).",
+			func(ix *index.Index) float64 { return float64(ix.Stats().Duplicates) }),
 	)
 	return m
 }

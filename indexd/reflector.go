@@ -388,6 +388,10 @@ func (r *reflector) list(ctx context.Context) (*index.Index, error) {
 	r.log.Info("index listed", "revision", rev, "entries", st.Entries, "endpoints", st.Endpoints,
 		"ranges", len(bounds)-1, "seconds", d.Seconds(), "read_wait_seconds", waited.Seconds(),
 		"build_seconds", time.Since(built).Seconds())
+	if st.Duplicates > 0 {
+		r.log.Warn("chunks hold key hashes another chunk of their endpoint and tier holds too; served once each, and repaired when the ingester next rebuilds the endpoint (kvindex inspect chunks names them)",
+			"revision", rev, "duplicate_holds", st.Duplicates)
+	}
 	return ix, nil
 }
 

@@ -427,3 +427,51 @@ func TestRunStoppedBeforeServing(t *testing.T) {
 		}
 	}
 }
+
+// TestDuplicateHoldsGauge: a key hash two chunks of one (endpoint, tier)
+// hold (a chunk a writer never leaves) shows in
+// kvindex_indexd_duplicate_holds after a list and through the watch, and
+// leaves it when the extra chunk goes, the block still served by the
+// other.
+func TestDuplicateHoldsGauge(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	w := newWriter(t, e.Client)
+	ks := keyspace.Default()
+	extra := func(seq uint64, keys ...uint64) clientv3.Op {
+		es := make([]keyspace.ChunkEntry, len(keys))
+		for i, k := range keys {
+			es[i] = keyspace.ChunkEntry{Key: k}
+		}
+		return clientv3.OpPut(ks.ChunkKey(pod0, tier.GPU, seq), string(keyspace.AppendChunkValue(nil, es, false)))
+	}
+	w.commit(w.record(pod0, keyspace.EndpointRecord{}), w.put(blk(pod0, tier.GPU, 1)), extra(9, 1, 5))
+	r := startReplica(t, e.Client)
+	r.waitServing(t)
+	gauge := func() float64 {
+		t.Helper()
+		mfs, err := r.reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "kvindex_indexd_duplicate_holds" {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		t.Fatal("no kvindex_indexd_duplicate_holds")
+		return 0
+	}
+	if g := gauge(); g != 1 {
+		t.Fatalf("duplicate holds after the list = %v, want 1", g)
+	}
+	w.commit(extra(10, 5, 1)) // 1 and 5 held twice more, through the watch
+	lookup(t, r, w, model, []uint64{1}, nil)
+	if g := gauge(); g != 3 {
+		t.Fatalf("duplicate holds through the watch = %v, want 3", g)
+	}
+	w.commit(clientv3.OpDelete(ks.ChunkKey(pod0, tier.GPU, 9)), clientv3.OpDelete(ks.ChunkKey(pod0, tier.GPU, 10)))
+	got, _ := lookup(t, r, w, model, []uint64{1}, nil)
+	if g := gauge(); g != 0 || len(got) != 1 || got[0].Blocks != 1 {
+		t.Fatalf("after the extra chunks went: duplicate holds %v, lookup %+v; want 0 and block 1 still served", g, got)
+	}
+}

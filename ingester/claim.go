@@ -180,8 +180,9 @@ func (in *Ingester) startClaimed(ctx context.Context, cl *kgo.Client, p int32, c
 // loadEndpoints reads the endpoints of partition part: the member keys
 // under its members/ prefix, then their records, in transactions of at
 // most MaxTxnOps reads. A record that names another partition (its
-// endpoint moved; the member key is stale and expires with the old lease),
-// is missing or is malformed is skipped.
+// endpoint moved; the member key is stale and expires with the old lease)
+// or is missing is skipped; a malformed one is loaded without a state
+// (dropAtClaim), for init to drop with its chunks.
 func (in *Ingester) loadEndpoints(ctx context.Context, part keyspace.Partition) (map[keyspace.Endpoint]*endpoint, error) {
 	ks := in.cfg.Keyspace
 	var members *clientv3.GetResponse
@@ -224,7 +225,15 @@ func (in *Ingester) loadEndpoints(ctx context.Context, part keyspace.Partition) 
 			}
 			rec, err := keyspace.UnmarshalEndpointRecord(kvs[0].Value)
 			if err != nil {
-				in.log.Warn("ignoring a malformed endpoint record", "key", string(kvs[0].Key), "err", err)
+				// Skipped, the endpoint would look new at its next record:
+				// its first chunk written over the chunk 0 etcd holds, the
+				// other chunks left where no removal reaches them. Loaded
+				// without a state instead, so the rebuild lists its chunks
+				// and init drops them with the record.
+				in.log.Warn("an endpoint record does not decode; dropping the endpoint and its chunks, its next records start it afresh", "key", string(kvs[0].Key), "err", err)
+				ep := newEndpoint(ks, part, id)
+				ep.inEtcd, ep.dropAtClaim, ep.hashMode = true, "malformed_record", in.cfg.HashMode
+				out[id] = ep
 				continue
 			}
 			if rec.Topic != part.Topic || rec.Partition != part.Partition {
@@ -288,6 +297,10 @@ func (w *worker) init(ctx context.Context) error {
 		ep.fixes = nil
 	}
 	for _, ep := range w.eps {
+		if ep.dropAtClaim != "" {
+			w.ap.drop(ep, ep.dropAtClaim, true)
+			continue
+		}
 		if ep.base == nil || ep.base.lastRecord.IsZero() {
 			// Written by a window that crashed before committing, for an
 			// endpoint that did not exist at the stored offset.

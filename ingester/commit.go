@@ -20,6 +20,9 @@ func (w *worker) commit(ctx context.Context) error {
 		w.win.records = 0
 		return nil
 	}
+	if err := w.clearForeign(ctx); err != nil {
+		return err
+	}
 	w.window++
 	var retired []clientv3.LeaseID
 	if len(w.win.drops) > 0 {

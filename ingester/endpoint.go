@@ -79,6 +79,15 @@ type endpoint struct {
 	// inEtcd: a record of this endpoint exists in etcd as far as the
 	// worker knows.
 	inEtcd bool
+	// dropAtClaim, when set, is why worker.init drops the endpoint, its
+	// chunks and its record before the first record: "malformed_record"
+	// (the record etcd holds does not decode, loadEndpoints) or
+	// "sequence_exhausted" (a chunk sequence near keyspace.MaxChunkSeq,
+	// worker.rebuild).
+	dropAtClaim string
+	// probed: clearForeign has read etcd for chunk keys of this endpoint
+	// object (new endpoints only, once).
+	probed bool
 	// leaseGen counts changes of the lease set; storedGen is the leaseGen
 	// of the newest record known to be committed (the leases are dirty
 	// while they differ). Generations, not a flag: a lease repair between

@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		skippedEvents: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "skipped_events_total",
 			Help: "Events skipped inside applied batches, by reason."}, []string{"reason"}),
 		drops: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "drops_total",
-			Help: "Endpoint drops (every chunk of the endpoint, or of one tier, deleted), by reason (clear, tier_clear, resync, goodbye, restart, gap, incarnation, no_seq, expired, reset, stale, medium_map, group_change)."}, []string{"reason"}),
+			Help: "Endpoint drops (every chunk of the endpoint, or of one tier, deleted), by reason (clear, tier_clear, resync, goodbye, restart, gap, incarnation, no_seq, expired, reset, stale, malformed_record, sequence_exhausted, foreign_chunks, medium_map, group_change)."}, []string{"reason"}),
 		txns: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "txns_total",
 			Help: "Write transactions committed, by kind (commit: a window, or its last part; part: an earlier part of a window split past etcd's bounds)."}, []string{"kind"}),
 		txnOps: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "txn_ops",

@@ -38,6 +38,12 @@ type rebuildStats struct {
 	Leftovers int
 }
 
+// seqHeadroom is how far below keyspace.MaxChunkSeq a rebuilt chunk_next
+// may come before the endpoint is dropped at the claim (2^32 chunk opens:
+// more than a writer makes between two drops of an endpoint, each of
+// which resets it to 0).
+const seqHeadroom = 1 << 32
+
 // rebuildPageChunkOverhead approximates a chunk key-value's framing in a
 // Range response, besides its key and value bytes, when sizing pages.
 const rebuildPageChunkOverhead = 48
@@ -95,6 +101,16 @@ func (w *worker) rebuild(ctx context.Context) (rebuildStats, error) {
 	}
 	for _, ep := range w.eps {
 		ep.baseNext = ep.chunkNext() // raised past the sequences found
+		for _, t := range tier.All {
+			if next := ep.chunks[t].next; next > keyspace.MaxChunkSeq+1-seqHeadroom && ep.dropAtClaim == "" {
+				// No writer gets near: chunk keys or a record written by
+				// something else. Opening on would go past MaxChunkSeq;
+				// the drop deletes the record, which resets chunk_next.
+				w.log.Warn("an endpoint's chunk sequences are near the largest a writer uses; dropping the endpoint and its chunks, its next records start it afresh",
+					"endpoint", ep.id.String(), "tier", t.String(), "chunk_next", next)
+				ep.dropAtClaim = "sequence_exhausted"
+			}
+		}
 	}
 	st.Entries = w.ap.maps.entries
 	w.m.mapRebuilt.Add(float64(st.Entries))

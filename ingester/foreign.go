@@ -1,0 +1,66 @@
+package ingester
+
+import (
+	"context"
+	"fmt"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/kvindex/kvindex/internal/backoff"
+	"github.com/kvindex/kvindex/internal/keyspace"
+)
+
+// clearForeign deletes, in the open window, the chunk keys etcd holds for
+// the window's new endpoints that their state does not have. A new
+// endpoint (no record in etcd as far as the worker knows, none dropped
+// in the window before it) starts at chunk 0: chunk keys already under
+// its prefix were written by no writer of this partition since the claim,
+// and the claim read none (its record had no member key here, or named
+// another partition; or there was no record at all). Left alone, the new
+// chunk 0 would be written over one of them and the rest would stay where
+// no removal or clear reaches them: ghost blocks (DESIGN "The chunk rule
+// (writer)", rule 4). One keys-only range read per new endpoint, at the
+// newest revision; each endpoint is read once (probed).
+func (w *worker) clearForeign(ctx context.Context) error {
+	for _, ep := range w.win.dirty {
+		if ep.probed || ep.gone || ep.inEtcd || ep.base != nil || ep.pred != nil {
+			continue
+		}
+		ep.probed = true
+		var found, deleted int
+		from := []byte(ep.chunksPrefix)
+		end := []byte(keyspace.RangeEnd(ep.chunksPrefix))
+		for {
+			var resp *pb.RangeResponse
+			err := backoff.Retry(ctx, retryBackoff(), func(ctx context.Context) error {
+				var err error
+				resp, err = w.kv.Range(ctx, &pb.RangeRequest{Key: from, RangeEnd: end, Limit: 10_000, KeysOnly: true})
+				return err
+			}, nil)
+			if err != nil {
+				return fmt.Errorf("ingester: listing the chunks of new endpoint %s: %w", ep.id, err)
+			}
+			for _, kv := range resp.Kvs {
+				prefix, t, seq, err := w.cfg.Keyspace.SplitChunkKey(string(kv.Key))
+				if err != nil || prefix != ep.chunksPrefix {
+					continue // not a chunk key of this endpoint; readers skip it too
+				}
+				found++
+				if ep.chunks[t].chunks[seq] == nil {
+					w.win.chunkChanged(ep, t, seq, nil)
+					deleted++
+				}
+			}
+			if !resp.More || len(resp.Kvs) == 0 {
+				break
+			}
+			from = append(append([]byte{}, resp.Kvs[len(resp.Kvs)-1].Key...), 0)
+		}
+		if found > 0 {
+			w.m.drops.WithLabelValues("foreign_chunks").Inc()
+			w.log.Warn("a new endpoint had chunk keys in etcd that no claim read; deleting them with its first write (written outside the ingesters, or its record lost its member key)",
+				"endpoint", ep.id.String(), "chunks", found, "deleted", deleted, "overwritten", found-deleted)
+		}
+	}
+	return nil
+}

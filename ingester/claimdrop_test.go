@@ -179,3 +179,73 @@ func TestNewEndpointClearsForeignChunks(t *testing.T) {
 		})
 	}
 }
+
+// TestClaimReleasesUnleasedChunks: chunks a claim finds on no lease (a
+// restore that dropped leases, an operator's put) are rewritten onto one
+// of their tier's leases before the first record, so they go when the
+// endpoint's leases do. Before, only a chunk a later record rewrote got a
+// lease; the others outlived the ingesters and the record, ghosts.
+func TestClaimReleasesUnleasedChunks(t *testing.T) {
+	t.Parallel()
+	const topic = "unleased"
+	e := newEnv(t, 1, []string{topic})
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
+	defer cancel()
+	cfg := e.config(t, topic, "g-"+topic, "/kvindex/unleased/")
+	cfg.ChunkSize, cfg.ChunkMergeBelow, cfg.ChunkOpenAt = 4, 1, 4
+	ks := cfg.Keyspace
+	id := keyspace.Endpoint{Model: "m", Pod: "a"}
+	end := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{store(t, "a", time.Now(), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10)})
+	r := start(t, cfg)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, ks, topic, end)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	// Chunks 0 and 1 put back as they are, on no lease; the offset put
+	// again, so that is the state at the stored offset's revision.
+	for _, seq := range []uint64{0, 1} {
+		resp, err := e.etcd.Client.Get(ctx, ks.ChunkKey(id, tier.GPU, seq))
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("chunk %d: %v, %v", seq, resp, err)
+		}
+		if _, err := e.etcd.Client.Put(ctx, string(resp.Kvs[0].Key), string(resp.Kvs[0].Value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
+	if err != nil || len(off.Kvs) != 1 {
+		t.Fatalf("offset: %v, %v", off, err)
+	}
+	if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+
+	start(t, cfg)
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, ks.ChunksPrefix(), "every chunk on one of its record's leases", func() bool {
+		rec, err := e.etcd.Client.Get(ctx, ks.EndpointKey(id))
+		if err != nil || len(rec.Kvs) != 1 {
+			return false
+		}
+		r, err := keyspace.UnmarshalEndpointRecord(rec.Kvs[0].Value)
+		if err != nil {
+			return false
+		}
+		held := map[int64]bool{}
+		for _, s := range r.Shards(tier.GPU) {
+			held[int64(s.ID)] = true
+		}
+		resp, err := e.etcd.Client.Get(ctx, ks.EndpointChunksPrefix(id), clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != 3 {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			if !held[kv.Lease] {
+				return false
+			}
+		}
+		return true
+	})
+	if n := blockCount(t, ctx, e, ks, id); n != 10 {
+		t.Fatalf("%d blocks after the rewrite, want the 10 stored", n)
+	}
+}

@@ -36,6 +36,10 @@ type rebuildStats struct {
 	// Leftovers counts the chunks etcd holds otherwise than at the stored
 	// offset (written back before the first record).
 	Leftovers int
+	// Unleased counts the chunks on no lease, or on one their record does
+	// not name (rewritten onto one of the tier's leases before the first
+	// record).
+	Unleased int
 }
 
 // seqHeadroom is how far below keyspace.MaxChunkSeq a rebuilt chunk_next
@@ -100,6 +104,12 @@ func (w *worker) rebuild(ctx context.Context) (rebuildStats, error) {
 		st = rebuildStats{Latest: true}
 	}
 	for _, ep := range w.eps {
+		for _, t := range tier.All {
+			if rec, got := ep.baseNext[t], ep.chunks[t].next; got > rec && ep.dropAtClaim == "" {
+				w.log.Warn("an endpoint record's chunk_next is at or below a chunk etcd holds (a writer never leaves that); raised past it",
+					"endpoint", ep.id.String(), "tier", t.String(), "record", rec, "raised_to", got)
+			}
+		}
 		ep.baseNext = ep.chunkNext() // raised past the sequences found
 		for _, t := range tier.All {
 			if next := ep.chunks[t].next; next > keyspace.MaxChunkSeq+1-seqHeadroom && ep.dropAtClaim == "" {
@@ -118,7 +128,7 @@ func (w *worker) rebuild(ctx context.Context) (rebuildStats, error) {
 		w.m.mapEntries.WithLabelValues(partitionLabel(w.p.Partition)).Set(float64(st.Entries))
 	}
 	w.log.Info("chunk state rebuilt", "revision", st.Revision, "latest", st.Latest, "chunks", st.Chunks, "pages", st.Pages, "blocks", st.Blocks,
-		"map_entries", st.Entries, "unmapped", st.Unmapped, "leftovers", st.Leftovers, "seconds", time.Since(start).Seconds())
+		"map_entries", st.Entries, "unmapped", st.Unmapped, "leftovers", st.Leftovers, "unleased", st.Unleased, "seconds", time.Since(start).Seconds())
 	return st, nil
 }
 
@@ -300,6 +310,13 @@ func (w *worker) rebuildChunk(ep *endpoint, key, value []byte, lease clientv3.Le
 	st.Blocks += len(c.entries)
 	if len(c.entries) > 0 {
 		tc.chunks[seq] = c
+		if !fixed && !ep.holds(t, lease) {
+			// On no lease, or one the record does not name: it would
+			// outlive the endpoint's leases (a ghost once the ingesters
+			// are gone), so it is rewritten onto one of the tier's.
+			fixed = true
+			st.Unleased++
+		}
 	}
 	if fixed {
 		ep.fixes = append(ep.fixes, chunkFix{tier: t, seq: seq})

@@ -320,9 +320,15 @@ func TestRebuildPagesAtOneRevision(t *testing.T) {
 	}
 	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
 	engineID := keyspace.Endpoint{Model: tokenModel, Pod: "engine-mode"}
+	// Every chunk on one lease, which the endpoints' records name (a chunk
+	// on none is rewritten too: TestClaimReleasesUnleasedChunks).
+	lease, err := e.etcd.Client.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
 	put := func(id keyspace.Endpoint, tr tier.Tier, seq uint64, val string) {
 		t.Helper()
-		if _, err := e.etcd.Client.Put(ctx, ks.ChunkKey(id, tr, seq), val); err != nil {
+		if _, err := e.etcd.Client.Put(ctx, ks.ChunkKey(id, tr, seq), val, clientv3.WithLease(lease.ID)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -356,6 +362,10 @@ func TestRebuildPagesAtOneRevision(t *testing.T) {
 	ep.hashMode = keyspace.HashModeToken
 	engineEp := newEndpoint(ks, part, engineID)
 	engineEp.hashMode = keyspace.HashModeEngine
+	for _, t := range tier.All {
+		ep.tiers[t] = []shard{{id: lease.ID}}
+		engineEp.tiers[t] = []shard{{id: lease.ID}}
+	}
 	w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep, engineEp.id: engineEp})
 	st, err := w.rebuild(ctx)
 	if err != nil {
@@ -542,7 +552,14 @@ func TestRebuildAtStoredOffset(t *testing.T) {
 	}
 	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
 	chunkKey := func(seq uint64) string { return ks.ChunkKey(id, tier.GPU, seq) }
-	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(1, 0x1001, 2, 0x1002)); err != nil {
+	// The chunks on a lease the endpoint's record names (one on none is
+	// rewritten as well: TestClaimReleasesUnleasedChunks).
+	lease, err := e.etcd.Client.Grant(ctx, 600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	onLease := clientv3.WithLease(lease.ID)
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(1, 0x1001, 2, 0x1002), onLease); err != nil {
 		t.Fatal(err)
 	}
 	part := keyspace.Partition{Topic: "tok-off", Partition: 0}
@@ -551,10 +568,10 @@ func TestRebuildAtStoredOffset(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The uncommitted window: key 1 removed, key 3 stored, then the crash.
-	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(2, 0x1002, 3, 0x1003)); err != nil {
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(0), chunkValue(2, 0x1002, 3, 0x1003), onLease); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.etcd.Client.Put(ctx, chunkKey(1), chunkValue(4, 0x1004)); err != nil {
+	if _, err := e.etcd.Client.Put(ctx, chunkKey(1), chunkValue(4, 0x1004), onLease); err != nil {
 		t.Fatal(err)
 	}
 	claim, err := e.etcd.Client.Put(ctx, ks.OwnerKey(part), "claim")
@@ -573,6 +590,7 @@ func TestRebuildAtStoredOffset(t *testing.T) {
 		ep := newEndpoint(ks, part, id)
 		ep.hashMode = keyspace.HashModeToken
 		ep.chunks[tier.GPU].next = 1 // the record's chunk_next as of the offset
+		ep.tiers[tier.GPU] = []shard{{id: lease.ID}}
 		w := in.newWorker(0, claim.Header.Revision, map[keyspace.Endpoint]*endpoint{ep.id: ep})
 		w.offsetRev = off.Header.Revision
 		st, err := w.rebuild(ctx)

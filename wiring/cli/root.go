@@ -5,6 +5,8 @@ package cli
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -33,6 +35,21 @@ Start everything in one process with 'kvindex standalone'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       version(),
+		// A word that is no subcommand is a usage error (exit 2), not
+		// cobra's legacy check's plain error (exit 1); no word prints the
+		// help.
+		Args:                       cobra.ArbitraryArgs,
+		SuggestionsMinimumDistance: 2,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+			if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+				msg += "; did you mean " + strings.Join(s, " or ") + "?"
+			}
+			return common.Usagef("%s", msg)
+		},
 		// Before any subcommand runs: no address flag may carry
 		// credentials (common.AddressFlags), so none reaches an error or
 		// a log line unredacted.
@@ -45,7 +62,27 @@ Start everything in one process with 'kvindex standalone'.`,
 		common.RedactFlagDefaults(sub.Flags())
 		root.AddCommand(sub)
 	}
+	usageErrors(root)
 	return root
+}
+
+// usageErrors makes cobra's own refusals of the command line (a flag it
+// cannot parse or does not know, arguments a command's Args refuses)
+// usage errors, exit status 2 like the commands' own checks, in cmd and
+// every command under it. cobra returns them as plain errors (exit 1).
+func usageErrors(cmd *cobra.Command) {
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return common.Usagef("%w", err) })
+	if args := cmd.Args; args != nil {
+		cmd.Args = func(c *cobra.Command, a []string) error {
+			if err := args(c, a); err != nil {
+				return common.Usagef("%w", err)
+			}
+			return nil
+		}
+	}
+	for _, sub := range cmd.Commands() {
+		usageErrors(sub)
+	}
 }
 
 // subcommands lists the constructors of every subcommand, in help order.

@@ -50,7 +50,7 @@ func checkSign(fs *pflag.FlagSet, want string, ok func(int64) bool, names []stri
 			return fmt.Errorf("checking flags: --%s is a %s flag", name, f.Value.Type())
 		}
 		if !good {
-			return fmt.Errorf("--%s must be %s, got %s", name, want, v)
+			return Usagef("--%s must be %s, got %s", name, want, v)
 		}
 	}
 	return nil

@@ -393,9 +393,9 @@ func (c *Config) Validate() error {
 	case c.ChunkSize < 1 || c.ChunkSize > keyspace.MaxChunkEntries:
 		return bad("ChunkSize %d: want between 1 and %d", c.ChunkSize, keyspace.MaxChunkEntries)
 	case c.ChunkMergeBelow < 0 || c.ChunkMergeBelow > c.ChunkSize:
-		return bad("ChunkMergeBelow %d: want between 0 (DefaultChunkMergeBelow) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
+		return bad("ChunkMergeBelow %d: want between 0 (the default: an eighth of ChunkSize) and ChunkSize %d (1: never merge)", c.ChunkMergeBelow, c.ChunkSize)
 	case c.ChunkOpenAt < 0 || c.ChunkOpenAt > c.ChunkSize:
-		return bad("ChunkOpenAt %d: want between 0 (DefaultChunkOpenAt) and ChunkSize %d (only when full)", c.ChunkOpenAt, c.ChunkSize)
+		return bad("ChunkOpenAt %d: want between 0 (the default: ChunkSize with a window linger, else three quarters of it) and ChunkSize %d (only when full)", c.ChunkOpenAt, c.ChunkSize)
 	case c.ChunkOpenAt > 0 && c.ChunkOpenAt < c.chunkMergeBelow():
 		return bad("ChunkOpenAt %d: below the merge threshold %d, a chunk would close sparse", c.ChunkOpenAt, c.chunkMergeBelow())
 	case c.SessionTimeout <= 0:

@@ -60,7 +60,7 @@ type Config struct {
 	MetricsAddr string
 	// Topic is the KV-event topic, created with Partitions partitions and
 	// LogAppendTime timestamps when it does not exist. Default
-	// "kvindex-events" and 4.
+	// "kvindex-events" and 4; at most MaxPartitions.
 	Topic      string
 	Partitions int32
 	// Keyspace places kvindex's keys. The zero value means the default.
@@ -105,6 +105,11 @@ type Config struct {
 // DefaultKafkaAddr, DefaultGRPCAddr, DefaultMetricsAddr, DefaultTopic),
 // the ones the client commands dial by default.
 const DefaultPartitions = 4
+
+// MaxPartitions bounds Config.Partitions: the in-process broker keeps
+// state per partition (about 0.3 MB each, measured idle at 10,000
+// partitions: 3 GB), and one developer's stack has one ingester.
+const MaxPartitions = 256
 
 // Defaults of the stack's retention settings.
 const (
@@ -283,6 +288,9 @@ func (cfg Config) withDefaults() (Config, error) {
 	def(&cfg.Topic, contract.DefaultTopic)
 	if cfg.Partitions <= 0 {
 		cfg.Partitions = DefaultPartitions
+	}
+	if cfg.Partitions > MaxPartitions {
+		return Config{}, fmt.Errorf("stack: Partitions %d: at most %d", cfg.Partitions, MaxPartitions)
 	}
 	if cfg.Keyspace == (keyspace.Keyspace{}) {
 		cfg.Keyspace = keyspace.Default()

@@ -17,7 +17,8 @@ import (
 // 100: want between 16 KiB and 1.5 MiB"); the command's user set a flag
 // and should read its name. Fields no flag sets (those the command fills
 // in itself) keep their names. The result wraps err, so errors.Is still
-// finds the library's sentinel; nil stays nil. cfg must be a non-nil
+// finds the library's sentinel, and, when it names a flag, is a usage
+// error (exit status 2); nil stays nil. cfg must be a non-nil
 // pointer to a struct, else err is returned as it is.
 func FlagNames(err error, fs *pflag.FlagSet, cfg any) error {
 	if err == nil {
@@ -96,11 +97,14 @@ func valueAddrs(v pflag.Value) []uintptr {
 	return out
 }
 
-// flagNamedError is an error whose text FlagNames rewrote.
+// flagNamedError is an error whose text FlagNames rewrote: it names the
+// flags the user set, so it is bad usage (exit status 2, as UsageError)
+// and wraps ErrUsage besides the library's error.
 type flagNamedError struct {
 	msg string
 	err error
 }
 
-func (e *flagNamedError) Error() string { return e.msg }
-func (e *flagNamedError) Unwrap() error { return e.err }
+func (e *flagNamedError) Error() string   { return e.msg }
+func (e *flagNamedError) Unwrap() []error { return []error{e.err, ErrUsage} }
+func (e *flagNamedError) ExitCode() int   { return 2 }

@@ -66,6 +66,14 @@ listener over TLS or mutual TLS, as indexd does.`,
 			if err := common.ValidateTopic(f.topic); err != nil {
 				return fmt.Errorf("--topic: %w", err)
 			}
+			if f.partitions > stack.MaxPartitions {
+				return common.Usagef("--partitions %d: at most %d (the in-process broker keeps state per partition)", f.partitions, stack.MaxPartitions)
+			}
+			for _, fl := range []struct{ name, v string }{{"data-dir", f.dataDir}, {"etcd-listen", f.etcdAddr}, {"kafka-listen", f.kafkaAddr}, {"listen", f.grpcAddr}, {"metrics-listen", f.metricsAddr}} {
+				if fl.v == "" {
+					return common.Usagef("--%s must not be empty", fl.name)
+				}
+			}
 			return run(cmd.Context(), cmd.OutOrStdout(), &f)
 		},
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestFlagsRefused: flags whose value would silently become the default,
@@ -30,6 +31,9 @@ func TestFlagsRefused(t *testing.T) {
 		{name: "client_ca_without_cert", args: []string{"--tls-client-ca-file", "ca.pem"}, want: "--tls-cert-file and --tls-key-file go together"},
 		// Standalone serves no health port, so it has no flag to bound one.
 		{name: "health_max_connections_without_health_port", args: []string{"--health-max-connections", "8"}, want: "unknown flag: --health-max-connections"},
+		{name: "too_many_partitions", args: []string{"--partitions", "2147483647"}, want: "--partitions 2147483647: at most 256"},
+		{name: "empty_metrics_listen", args: []string{"--metrics-listen", ""}, want: "--metrics-listen must not be empty"},
+		{name: "empty_listen", args: []string{"--listen", ""}, want: "--listen must not be empty"},
 		{name: "topic_too_long", args: []string{"--topic", strings.Repeat("t", 250)}, want: "--topic: topic name is 250 characters"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +42,10 @@ func TestFlagsRefused(t *testing.T) {
 			cmd.SetArgs(append(tc.args, "--data-dir", dir))
 			cmd.SetOut(io.Discard)
 			cmd.SetErr(io.Discard)
-			err := cmd.ExecuteContext(context.Background())
+			// Bounded: a flag the check let through would start a stack.
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			err := cmd.ExecuteContext(ctx)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error = %v, want one containing %q", err, tc.want)
 			}
@@ -46,5 +53,19 @@ func TestFlagsRefused(t *testing.T) {
 				t.Fatalf("--data-dir after a refused flag: %v, want nothing created", err)
 			}
 		})
+	}
+}
+
+// TestEmptyDataDirRefused: an empty --data-dir names the flag (it read
+// "stack: DataDir is required", a Go field name).
+func TestEmptyDataDirRefused(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetArgs(append([]string{"--data-dir", ""}, freePorts...))
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cmd.ExecuteContext(ctx); err == nil || !strings.Contains(err.Error(), "--data-dir must not be empty") {
+		t.Fatalf("error = %v, want one naming --data-dir", err)
 	}
 }

@@ -41,7 +41,9 @@ func (b *broadcaster) broadcast() {
 // records (DESIGN "Reads", read-your-events: each partition's applied next
 // offset is greater than the record's offset, held in Next) and returns
 // that index. It gives up after timeout or when ctx ends; a deadline
-// either way is ErrBarrierTimeout naming the first lagging partition.
+// either way is ErrBarrierTimeout naming the first lagging partition. A
+// shutdown beginning while it waits ends it with ErrStopping, so the
+// graceful stop does not wait out the barrier.
 func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffset, timeout time.Duration) (*index.Index, error) {
 	start := time.Now()
 	defer func() { s.m.barrierSeconds.Observe(time.Since(start).Seconds()) }()
@@ -75,6 +77,8 @@ func (s *Server) waitBarrier(ctx context.Context, records []index.PartitionOffse
 		select {
 		case <-wake:
 			continue
+		case <-s.stopping.Done():
+			return nil, fmt.Errorf("%w: a barrier was waiting (%s)", ErrStopping, barrierLag(rec, applied))
 		case <-timer.C:
 			cause = fmt.Errorf("waited %s", timeout)
 		case <-ctx.Done():

@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
@@ -133,5 +135,55 @@ func TestBarrierWaiterSlotFreedOnCancel(t *testing.T) {
 			t.Fatalf("round %d: cancelled Lookup: %v, want CANCELLED", i, err)
 		}
 		eventually(t, "the slot to come back", func() bool { return r.counter(t, r.srv.m.barrierWaiters) == 0 })
+	}
+}
+
+// TestShutdownReleasesBarrierWaiters: a Lookup waiting on a barrier when
+// the replica begins to shut down ends at once with UNAVAILABLE "shutting
+// down" (its client retries another replica), so the graceful stop does
+// not wait out the barrier, or ShutdownGrace, for it.
+func TestShutdownReleasesBarrierWaiters(t *testing.T) {
+	e := testutil.StartEtcd(t)
+	w := newWriter(t, e.Client)
+	w.commit(w.put(blk(pod0, tier.GPU, 1)))
+	// A grace past the test's timeout: a stop waiting it out fails the
+	// test instead of passing late.
+	r := startReplica(t, e.Client, func(c *Config) { c.ShutdownGrace = 2 * testTimeout })
+	r.waitServing(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	defer cancel()
+	// A connection of its own: the replica's stop closes r's.
+	conn, err := grpc.NewClient(r.srv.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := kvindexv1.NewIndexServiceClient(conn)
+	errs := make(chan error, 1)
+	go func() {
+		_, err := api.Lookup(ctx, &kvindexv1.LookupRequest{Model: model, BlockHashes: []uint64{1}, Barrier: &kvindexv1.Barrier{
+			Records: []*kvindexv1.PartitionOffset{{Topic: "not-written", Partition: 7, Offset: 0}},
+			Timeout: durationpb.New(testTimeout),
+		}})
+		errs <- err
+	}()
+	eventually(t, "the waiter to park", func() bool { return r.counter(t, r.srv.m.barrierWaiters) == 1 })
+	stopped := make(chan struct{})
+	go func() {
+		r.stop()
+		close(stopped)
+	}()
+	select {
+	case err := <-errs:
+		if st := status.Convert(err); st.Code() != codes.Unavailable || !strings.Contains(st.Message(), "shutting down") {
+			t.Fatalf("the waiting Lookup ended with %v, want UNAVAILABLE naming the shutdown", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the waiting Lookup did not end when the replica began to shut down")
+	}
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		t.Fatal("the replica's stop waited on the barrier")
 	}
 }

@@ -36,6 +36,10 @@ var (
 	// ErrStale reports, from Ready, a replica whose last progress from etcd
 	// is older than Config.MaxStaleness.
 	ErrStale = errors.New("indexd: index is stale")
+	// ErrStopping reports a Lookup whose barrier was still waiting when the
+	// replica began to shut down (gRPC UNAVAILABLE): the client retries it
+	// on another replica instead of the shutdown waiting out the barrier.
+	ErrStopping = errors.New("indexd: shutting down")
 )
 
 // toStatus maps an error of a handler to its gRPC status: the one place
@@ -52,7 +56,7 @@ func toStatus(err error) error {
 	switch {
 	case errors.Is(err, ErrInvalidArgument):
 		code = codes.InvalidArgument
-	case errors.Is(err, ErrNotReady):
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrStopping):
 		code = codes.Unavailable
 	case errors.Is(err, ErrTooManyWaiters), errors.Is(err, ErrOverloaded):
 		code = codes.ResourceExhausted

@@ -48,7 +48,8 @@ type Server struct {
 	healthLis  net.Listener
 	healthGRPC *grpc.Server
 	health     *health.Server
-	// stopping is cancelled when shutdown begins; it ends health watches.
+	// stopping is cancelled when shutdown begins; it ends health watches
+	// and barrier waits (ErrStopping).
 	stopping     context.Context
 	stopHealthFn context.CancelFunc
 	refl         *reflector

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"os"
 	"net/http"
 	"path/filepath"
 	"strconv"
@@ -302,6 +303,23 @@ func (cfg Config) withDefaults() (Config, error) {
 	return cfg, nil
 }
 
+// checkWritable creates dir if needed and checks a file can be created
+// in it: the in-process broker writes its log there only later, and
+// reports a failure only in its own log, so a stack on a read-only
+// directory would serve and then lose what it was sent.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // startKafka starts the broker on cfg.KafkaAddr with its log under DataDir
 // and makes sure the topic exists.
 func startKafka(cfg Config) (*kfake.Cluster, error) {
@@ -313,9 +331,13 @@ func startKafka(cfg Config) (*kfake.Cluster, error) {
 	if err != nil {
 		return nil, &AddrError{Which: "kafka", Addr: cfg.KafkaAddr, Err: err}
 	}
+	logDir := filepath.Join(cfg.DataDir, "kafka")
+	if err := checkWritable(logDir); err != nil {
+		return nil, fmt.Errorf("stack: the Kafka log directory: %w", err)
+	}
 	opts := []kfake.Opt{
 		kfake.NumBrokers(1),
-		kfake.DataDir(filepath.Join(cfg.DataDir, "kafka")),
+		kfake.DataDir(logDir),
 		kfake.WithLogger(logging.Kfake(cfg.Logger.With("component", "kafka"))),
 		// kfake binds 127.0.0.1; bind the configured host instead.
 		kfake.ListenFn(func(network, addr string) (net.Listener, error) {

@@ -15,6 +15,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -228,7 +229,7 @@ func Parse(r io.Reader) (*Scenario, error) {
 		var l line
 		dec := json.NewDecoder(bytes.NewReader(raw))
 		if err := dec.Decode(&l); err != nil {
-			return nil, fmt.Errorf("%w: line %d: %v", ErrMalformed, n, err)
+			return nil, fmt.Errorf("%w: line %d: %s", ErrMalformed, n, jsonProblem(err))
 		}
 		if s == nil {
 			if l.Step != "scenario" {
@@ -356,4 +357,38 @@ func Compare(expect, actual []Match) []string {
 		diffs = append(diffs, fmt.Sprintf("%s rank %d: expected nothing, got %d blocks", m.Pod, m.DPRank, m.Blocks))
 	}
 	return diffs
+}
+
+// jsonProblem says what is wrong with a line that does not decode, in the
+// file's terms: encoding/json names the Go type it decodes into ("Go value
+// of type scenario.line"), which means nothing to the file's author.
+func jsonProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		return err.Error()
+	}
+	if te.Field == "" {
+		return fmt.Sprintf("a JSON %s where a step object is wanted", te.Value)
+	}
+	return fmt.Sprintf("field %q is a JSON %s, want %s", te.Field, te.Value, jsonKind(te.Type))
+}
+
+// jsonKind names a Go type by the JSON it decodes from.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "another JSON type"
 }

@@ -44,8 +44,12 @@ func TestLoadFixtures(t *testing.T) {
 func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name, in string
+		want     string // in the message, when set
 	}{
 		{name: "empty", in: ""},
+		// In the file's terms, never the Go type decoded into.
+		{name: "array_line", in: "[1,2,3]\n", want: "line 1: a JSON array where a step object is wanted"},
+		{name: "field_of_wrong_type", in: `{"step":"scenario","name":5}`, want: `line 1: field "name" is a JSON number, want a string`},
 		{name: "no_scenario_line", in: `{"step":"lookup","model":"m","hashes":[],"expect":[]}`},
 		{name: "bad_json", in: `{"step":"scenario"` + "\n"},
 		{name: "unknown_step", in: `{"step":"scenario"}` + "\n" + `{"step":"sleep"}`},
@@ -55,8 +59,12 @@ func TestParseErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Parse(strings.NewReader(tc.in)); !errors.Is(err, ErrMalformed) {
-				t.Fatalf("Parse error = %v, want ErrMalformed", err)
+			_, err := Parse(strings.NewReader(tc.in))
+			if !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Parse error = %v, want ErrMalformed with %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "Go value") {
+				t.Fatalf("Parse error %q names a Go type", err)
 			}
 		})
 	}

@@ -6,6 +6,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -71,7 +72,12 @@ Start everything in one process with 'kvindex standalone'.`,
 // usage errors, exit status 2 like the commands' own checks, in cmd and
 // every command under it. cobra returns them as plain errors (exit 1).
 func usageErrors(cmd *cobra.Command) {
-	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return common.Usagef("%w", err) })
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		if msg := plainParseError(err.Error()); msg != err.Error() {
+			return common.Usagef("%s", msg)
+		}
+		return common.Usagef("%w", err)
+	})
 	if args := cmd.Args; args != nil {
 		cmd.Args = func(c *cobra.Command, a []string) error {
 			if err := args(c, a); err != nil {
@@ -108,4 +114,29 @@ func ExitCode(err error) int {
 		return coded.ExitCode()
 	}
 	return 1
+}
+
+// strconvError matches the strconv part of pflag's message for a number
+// it cannot parse: `strconv.ParseUint: parsing "-1": invalid syntax`.
+var strconvError = regexp.MustCompile(`strconv\.Parse(Uint|Int|Float|Bool): parsing "(?:[^"\\]|\\.)*": (invalid syntax|value out of range)`)
+
+// plainParseError rewrites the strconv part of a flag parse error in the
+// user's terms: `invalid argument "-1" for "--rank" flag: want a whole
+// number, 0 or more`.
+func plainParseError(msg string) string {
+	return strconvError.ReplaceAllStringFunc(msg, func(m string) string {
+		sub := strconvError.FindStringSubmatch(m)
+		if sub[2] == "value out of range" {
+			return "out of range"
+		}
+		switch sub[1] {
+		case "Uint":
+			return "want a whole number, 0 or more"
+		case "Int":
+			return "want a whole number"
+		case "Float":
+			return "want a number"
+		}
+		return "want true or false"
+	})
 }

@@ -25,7 +25,9 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 		{[]string{"replay"}, "requires at least 1 arg"},
 		{[]string{"standalone", "--partitions", "0"}, "--partitions must be positive"},
 		{[]string{"indexd", "--max-hashes", "-1"}, "--max-hashes must be positive"},
-		{[]string{"inspect", "blocks", "--model", "m", "--pod", "p", "--rank", "-1"}, `invalid argument "-1" for "--rank"`},
+		{[]string{"inspect", "blocks", "--model", "m", "--pod", "p", "--rank", "-1"}, `invalid argument "-1" for "--rank" flag: want a whole number, 0 or more`},
+		{[]string{"standalone", "--partitions", "abc"}, `invalid argument "abc" for "--partitions" flag: want a whole number`},
+		{[]string{"bridge", "--dp-rank", "99999999999999999999"}, `for "--dp-rank" flag: out of range`},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
 			root := NewRoot()
@@ -33,7 +35,7 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 			root.SetOut(io.Discard)
 			root.SetErr(io.Discard)
 			err := root.ExecuteContext(context.Background())
-			if err == nil || !strings.Contains(err.Error(), tc.want) || ExitCode(err) != 2 {
+			if err == nil || !strings.Contains(err.Error(), tc.want) || ExitCode(err) != 2 || strings.Contains(err.Error(), "strconv.") {
 				t.Fatalf("kvindex %v = %v (exit %d), want an error containing %q, exit 2", tc.args, err, ExitCode(err), tc.want)
 			}
 		})

@@ -46,7 +46,7 @@ func TestInspectChecksChunksAgainstRecords(t *testing.T) {
 	record(eng, keyspace.HashModeEngine, `{"gpu":2}`)
 	chunk(eng, 0, entries(0x300, 4), false)
 	dup := chunk(eng, 1, append(entries(0x300, 2)[1:], entries(0x400, 1)...), false) // 0x302 again
-	past := chunk(eng, 5, entries(0x500, 1), false)                                 // chunk_next is 2
+	past := chunk(eng, 5, entries(0x500, 1), false)                                  // chunk_next is 2
 	// Under no record: before the first endpoint, between the two, after
 	// the last.
 	for _, o := range []struct {

@@ -60,6 +60,9 @@ func (c *conn) check(fs *pflag.FlagSet) error {
 	if err := common.CheckPositive(fs, "timeout"); err != nil {
 		return usagef("%v", err)
 	}
+	if c.index == "" && c.cellMap == "" {
+		return usagef("--index must not be empty (an indexd host:port, or a cell map with --cell-map)")
+	}
 	return nil
 }
 
@@ -229,6 +232,9 @@ func (f *lookupFlags) options() ([]client.LookupOption, error) {
 			return nil, err
 		}
 		opts = append(opts, client.WithCandidates(eps...))
+	}
+	if len(f.barriers) == 0 && f.barrierTimeout != 0 {
+		return nil, usagef("--barrier-timeout goes with --after (without a barrier nothing waits)")
 	}
 	if len(f.barriers) > 0 {
 		recs, err := parseBarriers(f.barriers)
@@ -473,6 +479,12 @@ func parseBarriers(specs []string) ([]client.PartitionOffset, error) {
 		o, err2 := strconv.ParseInt(s[at+1:], 10, 64)
 		if err := errors.Join(err1, err2); err != nil || slash == 0 {
 			return nil, usagef("--after %q: want TOPIC/PARTITION@OFFSET", s)
+		}
+		if p < 0 || o < 0 {
+			return nil, usagef("--after %q: the partition and the offset are 0 or more", s)
+		}
+		if err := common.ValidateTopic(s[:slash]); err != nil {
+			return nil, usagef("--after %q: %v", s, err)
 		}
 		out = append(out, client.PartitionOffset{Topic: s[:slash], Partition: int32(p), Offset: o})
 	}

@@ -192,6 +192,10 @@ func TestLookupCommand(t *testing.T) {
 		{name: "zero_timeout", args: []string{"--index", addr, "--model", model, "--timeout", "0s", "01"}, want: errUsage},
 		{name: "negative_timeout", args: []string{"--index", addr, "--model", model, "--timeout", "-1s", "01"}, want: errUsage},
 		{name: "negative_barrier_timeout", args: []string{"--index", addr, "--model", model, "--after", "t/0@1", "--barrier-timeout", "-1s", "01"}, want: errUsage},
+		{name: "barrier_timeout_without_after", args: []string{"--index", addr, "--model", model, "--barrier-timeout", "1s", "01"}, want: errUsage},
+		{name: "negative_offset", args: []string{"--index", addr, "--model", model, "--after", "kvindex-events/0@-1", "01"}, want: errUsage},
+		{name: "bad_topic_after", args: []string{"--index", addr, "--model", model, "--after", "bad topic/0@1", "01"}, want: errUsage},
+		{name: "empty_index", args: []string{"--index", "", "--model", model, "01"}, want: errUsage},
 		{name: "barrier_timeout_not_shorter", args: []string{"--index", addr, "--model", model, "--after", "t/0@1", "--timeout", "1s", "--barrier-timeout", "1s", "01"}, want: errUsage},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

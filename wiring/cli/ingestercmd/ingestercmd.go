@@ -195,8 +195,8 @@ func mediumTable(changes []string) (events.MediumMap, error) {
 	m := events.DefaultMediums()
 	for _, c := range changes {
 		name, value, ok := strings.Cut(c, "=")
-		if !ok {
-			return nil, fmt.Errorf("--medium %q: want NAME=gpu|cpu|disk|none", c)
+		if !ok || strings.TrimSpace(name) == "" {
+			return nil, common.Usagef("--medium %q: want NAME=gpu|cpu|disk|none, NAME not empty", c)
 		}
 		for existing := range m {
 			if strings.EqualFold(existing, name) {
@@ -208,7 +208,7 @@ func mediumTable(changes []string) (events.MediumMap, error) {
 		}
 		t, ok := tier.Parse(value)
 		if !ok {
-			return nil, fmt.Errorf("--medium %q: tier %q is not gpu, cpu, disk or none", c, value)
+			return nil, common.Usagef("--medium %q: tier %q is not gpu, cpu, disk or none", c, value)
 		}
 		m[name] = t
 	}

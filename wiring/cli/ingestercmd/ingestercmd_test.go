@@ -112,8 +112,9 @@ func TestMediumTable(t *testing.T) {
 			delete(m, "REMOTE")
 			delete(m, "EXTERNAL")
 		}},
-		{name: "no_equals", changes: []string{"HBM"}, err: `--medium "HBM": want NAME=gpu|cpu|disk|none`},
+		{name: "no_equals", changes: []string{"HBM"}, err: `--medium "HBM": want NAME=gpu|cpu|disk|none, NAME not empty`},
 		{name: "bad_tier", changes: []string{"HBM=GPU"}, err: `--medium "HBM=GPU": tier "GPU" is not gpu, cpu, disk or none`},
+		{name: "empty_name", changes: []string{"=gpu"}, err: `--medium "=gpu": want NAME=gpu|cpu|disk|none, NAME not empty`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -114,7 +114,8 @@ func (e *Etcd) Register(fs *pflag.FlagSet) {
 // them replaced (logging.RedactURL), for logs and errors.
 func (e *Etcd) RedactedEndpoints() []string { return logging.RedactURLs(e.Endpoints) }
 
-// checkEndpoints refuses endpoints carrying user information (etcd's
+// checkEndpoints refuses no endpoint or an empty one (usage errors),
+// endpoints carrying user information (etcd's
 // client ignores it; --etcd-username and --etcd-password-file are the way)
 // and TLS settings that disagree with the endpoints' schemes: TLS flags
 // with an http:// endpoint (which would connect in plaintext regardless),
@@ -123,7 +124,13 @@ func (e *Etcd) RedactedEndpoints() []string { return logging.RedactURLs(e.Endpoi
 func (e *Etcd) checkEndpoints() error {
 	tlsFlags := e.CACert != "" || e.Cert != "" || e.Key != ""
 	var plain, secure string
+	if len(e.Endpoints) == 0 {
+		return Usagef("--etcd-endpoints must name at least one etcd endpoint (http://host:port, https://host:port or host:port)")
+	}
 	for _, ep := range e.Endpoints {
+		if strings.TrimSpace(ep) == "" {
+			return Usagef("--etcd-endpoints has an empty endpoint")
+		}
 		if logging.RedactURL(ep) != ep {
 			return fmt.Errorf("--etcd-endpoints: %s carries credentials, which etcd's client ignores: use --etcd-username and --etcd-password-file", logging.RedactURL(ep))
 		}

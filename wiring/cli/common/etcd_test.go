@@ -26,6 +26,8 @@ func TestEtcdEndpointChecks(t *testing.T) {
 		{name: "cacert_with_http", etcd: Etcd{Endpoints: []string{"http://h:2379"}, CACert: "ca.pem"}, wantErr: "--etcd-cacert, --etcd-cert or --etcd-key given, but endpoint http://h:2379 is plaintext"},
 		{name: "client_cert_with_http", etcd: Etcd{Endpoints: []string{"https://a:2379", "http://b:2379"}, Cert: "c", Key: "k"}, wantErr: "mixes plaintext http://b:2379 and TLS https://a:2379"},
 		{name: "mixed_schemes", etcd: Etcd{Endpoints: []string{"http://a:2379", "https://b:2379"}}, wantErr: "mixes"},
+		{name: "no_endpoint", etcd: Etcd{}, wantErr: "--etcd-endpoints must name at least one etcd endpoint"},
+		{name: "empty_endpoint", etcd: Etcd{Endpoints: []string{"http://a:2379", " "}}, wantErr: "--etcd-endpoints has an empty endpoint"},
 		{name: "credentials_in_url", etcd: Etcd{Endpoints: []string{"https://alice:s3cret@h:2379"}}, wantErr: "https://REDACTED@h:2379 carries credentials"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

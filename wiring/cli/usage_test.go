@@ -25,6 +25,7 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 		{[]string{"replay"}, "requires at least 1 arg"},
 		{[]string{"standalone", "--partitions", "0"}, "--partitions must be positive"},
 		{[]string{"indexd", "--max-hashes", "-1"}, "--max-hashes must be positive"},
+		{[]string{"cells", "verify", "cells.json", "--model", "m", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"inspect", "blocks", "--model", "m", "--pod", "p", "--rank", "-1"}, `invalid argument "-1" for "--rank" flag: want a whole number, 0 or more`},
 		{[]string{"standalone", "--partitions", "abc"}, `invalid argument "abc" for "--partitions" flag: want a whole number`},
 		{[]string{"bridge", "--dp-rank", "99999999999999999999"}, `for "--dp-rank" flag: out of range`},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/client/cellmap"
+	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
 // Steps of a move (Move).
@@ -268,6 +269,9 @@ func verifyCommand() *cobra.Command {
 		Short: "Check that each endpoint of a model is in its write cell only",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := common.CheckPositive(cmd.Flags(), "timeout"); err != nil {
+				return err
+			}
 			m, err := cellmap.Load(args[0])
 			if err != nil {
 				return err

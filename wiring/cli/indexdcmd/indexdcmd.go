@@ -119,6 +119,9 @@ func (f *indexdFlags) run(cmd *cobra.Command, _ []string) error {
 	}
 	f.cfg.Reflection = f.reflect
 	if f.healthAddr != "" {
+		if _, port, err := net.SplitHostPort(f.healthAddr); err == nil && port != "0" && f.healthAddr == f.cfg.ListenAddr {
+			return common.Usagef("--health-listen %s is --listen's address too: give the health port one of its own", f.healthAddr)
+		}
 		// Bound here so a busy port names its own flag.
 		if f.cfg.HealthListener, err = net.Listen("tcp", f.healthAddr); err != nil {
 			return fmt.Errorf("%w (--health-listen)", err)

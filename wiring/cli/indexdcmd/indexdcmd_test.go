@@ -188,6 +188,24 @@ func TestIndexdCommandNamesListenOnBusyPort(t *testing.T) {
 	}
 }
 
+// TestIndexdCommandHealthPortOfItsOwn: --health-listen on --listen's
+// address is refused naming both flags (the health port bound first, and
+// the error blamed --listen). Nothing listens at the etcd endpoint: the
+// check comes before any use of it.
+func TestIndexdCommandHealthPortOfItsOwn(t *testing.T) {
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--etcd-endpoints", "http://127.0.0.1:1", "--listen", "127.0.0.1:50551", "--health-listen", "127.0.0.1:50551",
+		"--metrics-listen", "127.0.0.1:0", "--log-level", "error"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(30*time.Second))
+	defer cancel()
+	err := cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "--health-listen 127.0.0.1:50551 is --listen's address too") {
+		t.Fatalf("error = %v, want one naming --health-listen and --listen", err)
+	}
+}
+
 // TestIndexdCommandNamesFlagsInConfigErrors: a rule indexd.Config's
 // Validate checks between two settings reads in the flags that set them.
 // Nothing listens at the etcd endpoint: Validate runs before indexd uses

@@ -6,7 +6,6 @@ package bridgecmd
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
@@ -154,11 +153,13 @@ func (f *flags) run(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) er
 		}
 		cfg.Endpoint = ""
 	} else if f.offsetByRank {
+		// The engine of rank r binds each port + r: a rank past the port
+		// range is as much --dp-rank's as the endpoint's.
 		if cfg.Endpoint, err = bridge.OffsetEndpointPort(cfg.Endpoint, cfg.DPRank); err != nil {
-			return fmt.Errorf("--zmq: %w", err)
+			return common.Usagef("--zmq with --dp-rank %d: %w", cfg.DPRank, err)
 		}
 		if cfg.ReplayEndpoint, err = bridge.OffsetEndpointPort(cfg.ReplayEndpoint, cfg.DPRank); err != nil {
-			return fmt.Errorf("--replay: %w", err)
+			return common.Usagef("--replay with --dp-rank %d: %w", cfg.DPRank, err)
 		}
 	}
 	cfg.Registry = reg

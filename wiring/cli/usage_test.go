@@ -26,6 +26,7 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 		{[]string{"standalone", "--partitions", "0"}, "--partitions must be positive"},
 		{[]string{"indexd", "--max-hashes", "-1"}, "--max-hashes must be positive"},
 		{[]string{"bridge", "--pod", "p", "--model", "m", "--brokers", "127.0.0.1:1", "--dp-rank", "70000"}, "--zmq with --dp-rank 70000"},
+		{[]string{"replay", "--log-level", "loud", "no-such-file.jsonl"}, `--log-level: logging: unknown level "loud"`},
 		{[]string{"cells", "verify", "cells.json", "--model", "m", "--timeout", "0s"}, "--timeout must be positive"},
 		{[]string{"inspect", "blocks", "--model", "m", "--pod", "p", "--rank", "-1"}, `invalid argument "-1" for "--rank" flag: want a whole number, 0 or more`},
 		{[]string{"standalone", "--partitions", "abc"}, `invalid argument "abc" for "--partitions" flag: want a whole number`},

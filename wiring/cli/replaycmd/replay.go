@@ -108,6 +108,9 @@ func run(ctx context.Context, out io.Writer, f *flags, files []string) error {
 	if f.output != "text" && f.output != "json" {
 		return &exitError{2, fmt.Errorf("--output %q: want text or json", f.output)}
 	}
+	if _, err := f.log.LoggerTo(io.Discard); err != nil {
+		return &exitError{2, err} // before any file: the flag's, not a scenario's
+	}
 	var scenarios []*scenario.Scenario
 	for _, path := range files {
 		s, err := scenario.Load(path)

@@ -274,9 +274,23 @@ func (in *Ingester) newWorker(p int32, claimRev int64, eps map[keyspace.Endpoint
 // crashed window left behind and those of the other hash mode, and writes
 // the chunks the rebuild changed, before the first record.
 func (w *worker) init(ctx context.Context) error {
+	// A claim may touch more endpoints than one window's last transaction
+	// writes records for (maxDirty): the window is written whenever it
+	// holds that many, each time at the stored offset again (idempotent).
+	flush := func() error {
+		if len(w.win.dirty) < w.maxDirty() {
+			return nil
+		}
+		return w.commit(ctx)
+	}
 	for _, ep := range w.eps {
 		if ep.leasesDirty() {
 			w.win.markDirty(ep)
+			if w.reset < 0 { // else the reset drops them all, in one window of deletes
+				if err := flush(); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	if w.reset >= 0 {
@@ -295,16 +309,21 @@ func (w *worker) init(ctx context.Context) error {
 			w.win.chunkChanged(ep, f.tier, f.seq, ep.chunks[f.tier].chunks[f.seq])
 		}
 		ep.fixes = nil
+		if err := flush(); err != nil {
+			return err
+		}
 	}
 	for _, ep := range w.eps {
-		if ep.dropAtClaim != "" {
+		switch {
+		case ep.dropAtClaim != "":
 			w.ap.drop(ep, ep.dropAtClaim, true)
-			continue
-		}
-		if ep.base == nil || ep.base.lastRecord.IsZero() {
+		case ep.base == nil || ep.base.lastRecord.IsZero():
 			// Written by a window that crashed before committing, for an
 			// endpoint that did not exist at the stored offset.
 			w.ap.drop(ep, "stale", true)
+		}
+		if err := flush(); err != nil {
+			return err
 		}
 	}
 	for _, ep := range w.eps {
@@ -315,6 +334,9 @@ func (w *worker) init(ctx context.Context) error {
 			w.ap.drop(ep, "hash_mode", false)
 			ep.hashMode = w.cfg.HashMode
 			w.win.markDirty(ep) // rewritten in this mode
+			if err := flush(); err != nil {
+				return err
+			}
 		}
 	}
 	if w.ap.tokenMode() {

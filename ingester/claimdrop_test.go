@@ -2,6 +2,7 @@ package ingester
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -128,9 +129,10 @@ func TestClaimDropsWhatNoWriterLeaves(t *testing.T) {
 func TestNewEndpointClearsForeignChunks(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		record bool // a record of the endpoint, without its member key
-	}{{"no_record", false}, {"record_without_member_key", true}} {
+		name    string
+		record  bool // a record of the endpoint, without its member key
+		goodbye bool // the endpoint says goodbye right after its store
+	}{{"no_record", false, false}, {"record_without_member_key", true, false}, {"goodbye_in_the_same_window", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			topic := "foreign-" + tc.name
@@ -161,10 +163,20 @@ func TestNewEndpointClearsForeignChunks(t *testing.T) {
 				put(ks.EndpointKey(id), []byte(`{"block_size":16,"hash_mode":"engine","last_record":"2026-12-01T12:00:00Z","topic":"`+topic+`","partition":0,"lease":"0","chunk_next":{"gpu":4}}`))
 			}
 			now := time.Now()
-			end := ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{
+			recs := []refmodel.Record{
 				store(t, "o", now, 200),
 				batchRecord(t, "m", "o", now, events.Event{Type: events.BlockRemoved, BlockHashes: []uint64{104}, Medium: "GPU"}),
-			})
+			}
+			want := []uint64{200}
+			if tc.goodbye {
+				// Produced together, so most often one window: the keys
+				// must go whether or not the drop shares the store's
+				// window (a replay after a crash may join what a run
+				// without one wrote apart).
+				recs = append(recs, refmodel.Record{Key: "o", Headers: map[string]string{"model": "m", "kind": "goodbye"}, Time: now})
+				want = nil
+			}
+			end := ingesttest.Produce(t, ctx, e.prod, topic, recs)
 			start(t, cfg)
 			ingesttest.WaitApplied(t, ctx, e.etcd.Client, ks, topic, end)
 			var got []uint64
@@ -173,8 +185,8 @@ func TestNewEndpointClearsForeignChunks(t *testing.T) {
 					got = append(got, en.Key)
 				}
 			}
-			if !slices.Equal(got, []uint64{200}) {
-				t.Fatalf("blocks in etcd %v, want [200]: the chunks no claim read deleted with the endpoint's first write", got)
+			if !slices.Equal(got, want) {
+				t.Fatalf("blocks in etcd %v, want %v: the chunks no claim read deleted with the endpoint's first write", got, want)
 			}
 		})
 	}
@@ -248,4 +260,61 @@ func TestClaimReleasesUnleasedChunks(t *testing.T) {
 	if n := blockCount(t, ctx, e, ks, id); n != 10 {
 		t.Fatalf("%d blocks after the rewrite, want the 10 stored", n)
 	}
+}
+
+// TestClaimRepairsManyEndpoints: a claim that must rewrite more endpoints
+// than one transaction holds records for (here every chunk of 40
+// endpoints found on no lease, at etcd's --max-txn-ops 32) writes them in
+// several windows. Before, it packed them into one and the transaction
+// builder ran past its arrays: the ingester panicked.
+func TestClaimRepairsManyEndpoints(t *testing.T) {
+	t.Parallel()
+	const topic, pods = "many", 40
+	e := newEnv(t, 1, []string{topic}, testutil.WithMaxTxnOps(32))
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(40*time.Second))
+	defer cancel()
+	cfg := e.config(t, topic, "g-"+topic, "/kvindex/many/")
+	cfg.MaxTxnOps = 32
+	ks := cfg.Keyspace
+	now := time.Now()
+	var recs []refmodel.Record
+	for i := range pods {
+		recs = append(recs, store(t, fmt.Sprintf("p%02d", i), now, uint64(i+1)))
+	}
+	end := ingesttest.Produce(t, ctx, e.prod, topic, recs)
+	r := start(t, cfg)
+	ingesttest.WaitApplied(t, ctx, e.etcd.Client, ks, topic, end)
+	if err := r.stop(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.etcd.Client.Get(ctx, ks.ChunksPrefix(), clientv3.WithPrefix())
+	if err != nil || len(resp.Kvs) != pods {
+		t.Fatalf("chunks: %d, %v; want %d", len(resp.Kvs), err, pods)
+	}
+	for _, kv := range resp.Kvs {
+		if _, err := e.etcd.Client.Put(ctx, string(kv.Key), string(kv.Value)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
+	if err != nil || len(off.Kvs) != 1 {
+		t.Fatalf("offset: %v, %v", off, err)
+	}
+	if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+
+	start(t, cfg)
+	ingesttest.WaitFor(t, ctx, e.etcd.Client, ks.ChunksPrefix(), "every chunk on a lease again", func() bool {
+		resp, err := e.etcd.Client.Get(ctx, ks.ChunksPrefix(), clientv3.WithPrefix())
+		if err != nil || len(resp.Kvs) != pods {
+			return false
+		}
+		for _, kv := range resp.Kvs {
+			if kv.Lease == 0 {
+				return false
+			}
+		}
+		return true
+	})
 }

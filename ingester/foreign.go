@@ -19,11 +19,22 @@ import (
 // another partition; or there was no record at all). Left alone, the new
 // chunk 0 would be written over one of them and the rest would stay where
 // no removal or clear reaches them: ghost blocks (DESIGN "The chunk rule
-// (writer)", rule 4). One keys-only range read per new endpoint, at the
-// newest revision; each endpoint is read once (probed).
+// (writer)", rule 4). A new endpoint dropped in the same window (with no
+// successor yet) is read too, so whether the keys go does not depend on
+// where a window ends: after a crash the replay may put the store and the
+// drop in one window that a run without the crash wrote as two. One
+// keys-only range read per new endpoint, at the newest revision; each
+// endpoint is read once (probed).
 func (w *worker) clearForeign(ctx context.Context) error {
 	for _, ep := range w.win.dirty {
-		if ep.probed || ep.gone || ep.inEtcd || ep.base != nil || ep.pred != nil {
+		if ep.probed || ep.inEtcd || ep.base != nil || ep.pred != nil {
+			continue
+		}
+		if ep.gone && w.eps[ep.id] != nil {
+			// Dropped in the window and started again: the successor's
+			// writes are the window's for these keys (and it is probed
+			// when it comes to commit as new itself, or has this one as
+			// its predecessor).
 			continue
 		}
 		ep.probed = true

@@ -103,9 +103,22 @@ func (pk *packer) pack(win *window, eps map[keyspace.Endpoint]*endpoint, pos int
 	}
 	b.reset(pk.claimRev)
 	if pos == n+len(win.dirty) {
-		// Only the records are left, and they are more than MaxTxnOps
-		// (more endpoints than maxDirty, say after a claim): send them
-		// alone, for etcd to take or refuse loudly.
+		// Only the records are left, and they are more than one
+		// transaction holds: windows are bounded by maxDirty, so this is
+		// a bug, reported instead of overrunning the builder.
+		ops := 1 // the offset
+		for _, ep := range win.dirty {
+			switch {
+			case ep.gone: // its deletes went in the parts
+			case !ep.inEtcd:
+				ops += 2 // the record and its member key
+			default:
+				ops++
+			}
+		}
+		if ops > pk.cfg.MaxTxnOps {
+			return 0, 0, fmt.Errorf("ingester: the window's last transaction needs %d ops, past MaxTxnOps %d (more endpoints than maxDirty)", ops, pk.cfg.MaxTxnOps)
+		}
 		return TxnCommit, pos, pk.addLast(win, next)
 	}
 	end, err := pk.addItems(win, eps, pos, false)

@@ -130,6 +130,9 @@ func parseRoleArgs(args []string) (cmd *cobra.Command, flags map[string]string, 
 	switch {
 	case err != nil:
 		return nil, flags, append(problems, fmt.Sprintf("the args name no kvindex subcommand: %v", err))
+	case cmd == root && sub != "":
+		// The root takes any word, to refuse it as a usage error itself.
+		return nil, flags, append(problems, fmt.Sprintf("the args name no kvindex subcommand: unknown command %q", sub))
 	case cmd == root || sub == "":
 		return nil, flags, append(problems, fmt.Sprintf("the first arg must be a kvindex subcommand (the image's entrypoint is the binary), got %q", args))
 	}

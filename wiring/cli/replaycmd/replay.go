@@ -136,6 +136,9 @@ func run(ctx context.Context, out io.Writer, f *flags, files []string) error {
 	return nil
 }
 
+// brokerPingTimeout bounds the first contact with --brokers.
+var brokerPingTimeout = 10 * time.Second
+
 func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result, error) {
 	brokers, index, topic := f.brokers, f.index, f.topic
 	if f.index == "" {
@@ -188,6 +191,17 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 		return replay.Result{}, err
 	}
 	defer prod.Close()
+	if len(f.brokers) > 0 {
+		// franz-go retries an unreachable broker for as long as the
+		// records may wait: a dead --brokers would take the whole
+		// barrier wait and more to say so.
+		pctx, cancel := context.WithTimeout(ctx, brokerPingTimeout)
+		err := prod.Ping(pctx)
+		cancel()
+		if err != nil {
+			return replay.Result{}, fmt.Errorf("the Kafka brokers %v did not answer within %s (--brokers): %w", logging.RedactURLs(f.brokers), brokerPingTimeout, err)
+		}
+	}
 	idx, err := client.New(index, append(copts, client.WithTimeout(f.barrierTimeout+10*time.Second))...)
 	if err != nil {
 		return replay.Result{}, err

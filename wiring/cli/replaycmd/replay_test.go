@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/kvindex/kvindex/internal/scenario"
+	"github.com/kvindex/kvindex/internal/testutil"
 	"github.com/kvindex/kvindex/wiring/replay"
 )
 
@@ -56,5 +59,28 @@ func TestFlagsRefused(t *testing.T) {
 				t.Fatalf("error = %v, want exit 2 naming %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestUnreachableBrokersNamed: --brokers nobody answers fails within
+// brokerPingTimeout, naming the flag, before anything is produced or
+// looked up. Before, the producer's retries took about 50 s to fail.
+func TestUnreachableBrokersNamed(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close() // nothing listens there now
+	file := filepath.Join(testutil.RepoRoot(t), "testdata", "fixtures", "scenarios", "t01_same_prompt_across_pods.jsonl")
+	cmd := NewCommand()
+	cmd.SetArgs([]string{"--brokers", dead, "--index", dead, file})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*brokerPingTimeout)
+	defer cancel()
+	err = cmd.ExecuteContext(ctx)
+	if err == nil || !strings.Contains(err.Error(), "did not answer") || !strings.Contains(err.Error(), "(--brokers)") {
+		t.Fatalf("replay against dead brokers = %v, want an error naming --brokers", err)
 	}
 }

@@ -87,13 +87,7 @@ func TestClaimDropsWhatNoWriterLeaves(t *testing.T) {
 			tc.tamper(t, ctx, e, ks, topic, rec, clientv3.LeaseID(resp.Kvs[0].Lease))
 			// The offset put again, so the tampered state is the state at
 			// the stored offset's revision.
-			off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
-			if err != nil || len(off.Kvs) != 1 {
-				t.Fatalf("offset: %v, %v", off, err)
-			}
-			if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
-				t.Fatal(err)
-			}
+			reputOffset(t, ctx, e, ks, topic)
 
 			end = ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{
 				store(t, "a", now, 11),
@@ -101,12 +95,7 @@ func TestClaimDropsWhatNoWriterLeaves(t *testing.T) {
 			})
 			start(t, cfg)
 			ingesttest.WaitApplied(t, ctx, e.etcd.Client, ks, topic, end)
-			var got []uint64
-			for _, c := range ingesttest.Chunks(t, ctx, e.etcd.Client, ks) {
-				for _, en := range c.Entries {
-					got = append(got, en.Key)
-				}
-			}
+			got := chunkedKeys(t, ctx, e, ks)
 			if !slices.Equal(got, []uint64{11}) {
 				t.Fatalf("blocks in etcd %v, want [11]: the endpoint dropped at the claim, then block 11 stored (9 and 10 removed)", got)
 			}
@@ -179,12 +168,7 @@ func TestNewEndpointClearsForeignChunks(t *testing.T) {
 			end := ingesttest.Produce(t, ctx, e.prod, topic, recs)
 			start(t, cfg)
 			ingesttest.WaitApplied(t, ctx, e.etcd.Client, ks, topic, end)
-			var got []uint64
-			for _, c := range ingesttest.Chunks(t, ctx, e.etcd.Client, ks) {
-				for _, en := range c.Entries {
-					got = append(got, en.Key)
-				}
-			}
+			got := chunkedKeys(t, ctx, e, ks)
 			if !slices.Equal(got, want) {
 				t.Fatalf("blocks in etcd %v, want %v: the chunks no claim read deleted with the endpoint's first write", got, want)
 			}
@@ -224,13 +208,7 @@ func TestClaimReleasesUnleasedChunks(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
-	if err != nil || len(off.Kvs) != 1 {
-		t.Fatalf("offset: %v, %v", off, err)
-	}
-	if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
-		t.Fatal(err)
-	}
+	reputOffset(t, ctx, e, ks, topic)
 
 	start(t, cfg)
 	ingesttest.WaitFor(t, ctx, e.etcd.Client, ks.ChunksPrefix(), "every chunk on one of its record's leases", func() bool {
@@ -296,13 +274,7 @@ func TestClaimRepairsManyEndpoints(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
-	if err != nil || len(off.Kvs) != 1 {
-		t.Fatalf("offset: %v, %v", off, err)
-	}
-	if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
-		t.Fatal(err)
-	}
+	reputOffset(t, ctx, e, ks, topic)
 
 	start(t, cfg)
 	ingesttest.WaitFor(t, ctx, e.etcd.Client, ks.ChunksPrefix(), "every chunk on a lease again", func() bool {
@@ -317,4 +289,31 @@ func TestClaimRepairsManyEndpoints(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// reputOffset puts topic's partition 0 offset again, unchanged, so the
+// state a test has just written by hand is the state at the stored
+// offset's revision, which the next claim rebuilds from.
+func reputOffset(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace, topic string) {
+	t.Helper()
+	off, err := e.etcd.Client.Get(ctx, ks.OffsetKey(keyspace.Partition{Topic: topic}))
+	if err != nil || len(off.Kvs) != 1 {
+		t.Fatalf("offset: %v, %v", off, err)
+	}
+	if _, err := e.etcd.Client.Put(ctx, string(off.Kvs[0].Key), string(off.Kvs[0].Value)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chunkedKeys lists the key hashes of every chunk under ks, in chunk key
+// order, then entry order.
+func chunkedKeys(t *testing.T, ctx context.Context, e *env, ks keyspace.Keyspace) []uint64 {
+	t.Helper()
+	var got []uint64
+	for _, c := range ingesttest.Chunks(t, ctx, e.etcd.Client, ks) {
+		for _, en := range c.Entries {
+			got = append(got, en.Key)
+		}
+	}
+	return got
 }

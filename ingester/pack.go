@@ -108,13 +108,7 @@ func (pk *packer) pack(win *window, eps map[keyspace.Endpoint]*endpoint, pos int
 		// a bug, reported instead of overrunning the builder.
 		ops := 1 // the offset
 		for _, ep := range win.dirty {
-			switch {
-			case ep.gone: // its deletes went in the parts
-			case !ep.inEtcd:
-				ops += 2 // the record and its member key
-			default:
-				ops++
-			}
+			ops += recordPutOps(ep) // a gone one's deletes went in the parts
 		}
 		if ops > pk.cfg.MaxTxnOps {
 			return 0, 0, fmt.Errorf("ingester: the window's last transaction needs %d ops, past MaxTxnOps %d (more endpoints than maxDirty)", ops, pk.cfg.MaxTxnOps)
@@ -133,16 +127,25 @@ func (pk *packer) pack(win *window, eps map[keyspace.Endpoint]*endpoint, pos int
 func (pk *packer) lastOps(win *window, eps map[keyspace.Endpoint]*endpoint, pos int) int {
 	ops := len(win.writes) - min(pos, len(win.writes)) + 1
 	for _, ep := range win.dirty {
-		switch {
-		case !ep.gone && !ep.inEtcd:
-			ops += 2
-		case !ep.gone:
-			ops++
-		case ep.inEtcd && eps[ep.id] == nil:
-			ops += 2
+		ops += recordPutOps(ep)
+		if ep.gone && ep.inEtcd && eps[ep.id] == nil {
+			ops += 2 // the deletes of its record and member key
 		}
 	}
 	return ops
+}
+
+// recordPutOps is the ops the last transaction spends on ep's record
+// (addLast): the record, with its member key when etcd may not have it;
+// none for an endpoint dropped with its record.
+func recordPutOps(ep *endpoint) int {
+	switch {
+	case ep.gone:
+		return 0
+	case !ep.inEtcd:
+		return 2
+	}
+	return 1
 }
 
 // addItems adds the window's items from pos on while they fit and returns

@@ -122,7 +122,8 @@ func (r *replica) waitReady(t *testing.T) {
 }
 
 // replica starts an indexd replica on a free port with its own etcd client
-// to endpoints (default: etcd itself) and its own metrics registry.
+// to endpoints (default: etcd itself) and its own metrics registry, and
+// returns once it has applied its first list (waitReady).
 func (p *pipeline) replica(endpoints ...string) *replica {
 	p.t.Helper()
 	if len(endpoints) == 0 {
@@ -147,7 +148,9 @@ func (p *pipeline) replica(endpoints ...string) *replica {
 		defer cli.Close()
 		return srv.Run(ctx)
 	})
-	return &replica{running: r, srv: srv, addr: srv.Addr().String(), reg: reg}
+	rep := &replica{running: r, srv: srv, addr: srv.Addr().String(), reg: reg}
+	rep.waitReady(p.t)
+	return rep
 }
 
 // lists is how many complete lists of etcd the replica has applied.

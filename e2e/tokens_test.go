@@ -55,7 +55,6 @@ func TestTokenLookupThroughPipeline(t *testing.T) {
 	p := newPipeline(t, 2)
 	p.ingester("ing-0", func(c *ingester.Config) { c.HashMode = keyspace.HashModeToken })
 	r := p.replica()
-	r.waitReady(t)
 	c := newClient(t, r.addr)
 	const model = "meta-llama/Llama-3.1-8B-Instruct"
 

@@ -39,6 +39,15 @@ const (
 	DefaultMapRebuildPage   = 4 << 20
 )
 
+// MinLivenessWindow is the shortest Config.LivenessWindow Validate
+// accepts. The partition clock advances with Kafka record timestamps,
+// which have millisecond resolution, and the outage threshold defaults to
+// half the window: a shorter window would drop live endpoints between
+// their own batches and leave no room for an outage to be told from one
+// endpoint's silence. Bridges heartbeat every 5 s, so production windows
+// are many seconds; tests run at a few hundred milliseconds.
+const MinLivenessWindow = 100 * time.Millisecond
+
 // etcdMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB); a
 // transaction's encoded size must stay under it.
 const etcdMaxRequestBytes = 1536 * 1024
@@ -120,7 +129,7 @@ type Config struct {
 	LeaseTTL time.Duration
 	// LivenessWindow drops an endpoint that sent no batch or heartbeat for
 	// longer than this on its partition's clock (DESIGN semantics 8).
-	// Default DefaultLivenessWindow (30 s); must be positive.
+	// Default DefaultLivenessWindow (30 s); at least MinLivenessWindow.
 	LivenessWindow time.Duration
 	// OutageThreshold is how long the whole topic may go without a record
 	// before it counts as an outage (DESIGN semantics 8, v1.1): no
@@ -382,6 +391,8 @@ func (c *Config) Validate() error {
 		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
 	case c.LivenessWindow <= 0:
 		return bad("LivenessWindow %v: want a positive duration", c.LivenessWindow)
+	case c.LivenessWindow < MinLivenessWindow:
+		return bad("LivenessWindow %v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", c.LivenessWindow, MinLivenessWindow)
 	case c.OutageThreshold < 0:
 		return bad("OutageThreshold %v: want a positive duration (zero: the default)", c.OutageThreshold)
 	case c.OutageThreshold > 0 && c.OutageThreshold >= c.LivenessWindow:

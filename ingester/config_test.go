@@ -40,6 +40,9 @@ func TestConfigValidate(t *testing.T) {
 			c.LeaseTTL, c.SessionTimeout, c.RebalanceTimeout = 3*time.Second, time.Second, time.Second
 		}, false},
 		{"no_liveness_window", func(c *Config) { c.LivenessWindow = 0 }, false},
+		{"liveness_window_under_a_clock_tick", func(c *Config) { c.LivenessWindow = time.Nanosecond }, false},
+		{"liveness_window_just_short", func(c *Config) { c.LivenessWindow = MinLivenessWindow - time.Millisecond }, false},
+		{"liveness_window_shortest", func(c *Config) { c.LivenessWindow = MinLivenessWindow }, true},
 		{"no_keys_per_lease", func(c *Config) { c.KeysPerLease = 0 }, false},
 		{"no_chunk_size", func(c *Config) { c.ChunkSize = 0 }, false},
 		{"chunk_size_one", func(c *Config) { c.ChunkSize, c.ChunkMergeBelow = 1, 0 }, true},

@@ -152,6 +152,7 @@ func TestIngesterCommandNamesFlagsInConfigErrors(t *testing.T) {
 		{[]string{"--max-txn-bytes", "100"}, "--max-txn-bytes 100: want between 16 KiB and 1.5 MiB", []string{"MaxTxnBytes"}},
 		{[]string{"--window-linger", "2s"}, "--window-linger 2s: want between 0 and 1s", []string{"WindowLinger"}},
 		{[]string{"--lease-ttl", "1500ms"}, "--lease-ttl 1.5s: want a whole number of seconds", []string{"LeaseTTL"}},
+		{[]string{"--liveness-window", "1ns"}, "--liveness-window 1ns: want at least 100ms", []string{"LivenessWindow", "MinLivenessWindow"}},
 		{[]string{"--outage-threshold", "1m", "--liveness-window", "30s"}, "--outage-threshold 1m0s: want less than --liveness-window 30s", []string{"OutageThreshold", "LivenessWindow"}},
 	} {
 		cmd := NewCommand()

@@ -66,6 +66,9 @@ listener over TLS or mutual TLS, as indexd does.`,
 			if err := common.ValidateTopic(f.topic); err != nil {
 				return fmt.Errorf("--topic: %w", err)
 			}
+			if f.liveness < ingester.MinLivenessWindow {
+				return common.Usagef("--liveness-window %v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", f.liveness, ingester.MinLivenessWindow)
+			}
 			if f.partitions > stack.MaxPartitions {
 				return common.Usagef("--partitions %d: at most %d (the in-process broker keeps state per partition)", f.partitions, stack.MaxPartitions)
 			}

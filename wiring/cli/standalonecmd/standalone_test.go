@@ -23,6 +23,7 @@ func TestFlagsRefused(t *testing.T) {
 		{name: "zero_partitions", args: []string{"--partitions", "0"}, want: "--partitions must be positive, got 0"},
 		{name: "negative_partitions", args: []string{"--partitions", "-5"}, want: "--partitions must be positive, got -5"},
 		{name: "zero_liveness_window", args: []string{"--liveness-window", "0s"}, want: "--liveness-window must be positive, got 0s"},
+		{name: "liveness_window_under_a_clock_tick", args: []string{"--liveness-window", "1ns"}, want: "--liveness-window 1ns: want at least 100ms"},
 		{name: "zero_max_connections", args: []string{"--max-connections", "0"}, want: "--max-connections must be positive, got 0"},
 		{name: "zero_handshake_timeout", args: []string{"--handshake-timeout", "0s"}, want: "--handshake-timeout must be positive, got 0s"},
 		{name: "empty_topic", args: []string{"--topic", ""}, want: "--topic: empty topic name"},

@@ -63,8 +63,38 @@ Start everything in one process with 'kvindex standalone'.`,
 		common.RedactFlagDefaults(sub.Flags())
 		root.AddCommand(sub)
 	}
+	strictBuiltins(root)
 	usageErrors(root)
 	return root
+}
+
+// strictBuiltins makes cobra's own `help` and `completion` commands refuse
+// what they do not know, as every other command does: `kvindex completion
+// bogus` and `kvindex help bogus` printed a help text and exited 0, so a
+// script piping `completion bahs` into its shell's setup went on with an
+// empty script. Both commands are created here, not lazily at Execute,
+// so that usageErrors wraps their argument checks too; bare `completion`
+// still prints its help.
+func strictBuiltins(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		switch c.Name() {
+		case "completion":
+			// cobra checks Args (NoArgs) only for a runnable command.
+			c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+		case "help":
+			show := c.Run
+			c.Run = nil
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				if _, rest, err := cmd.Root().Find(args); err != nil || len(rest) > 0 {
+					return common.Usagef("unknown help topic %q; see %q", strings.Join(args, " "), cmd.Root().CommandPath()+" --help")
+				}
+				show(cmd, args)
+				return nil
+			}
+		}
+	}
 }
 
 // usageErrors makes cobra's own refusals of the command line (a flag it

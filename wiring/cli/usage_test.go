@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"os"
 	"strings"
 	"testing"
 )
@@ -31,6 +32,10 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 		{[]string{"inspect", "blocks", "--model", "m", "--pod", "p", "--rank", "-1"}, `invalid argument "-1" for "--rank" flag: want a whole number, 0 or more`},
 		{[]string{"standalone", "--partitions", "abc"}, `invalid argument "abc" for "--partitions" flag: want a whole number`},
 		{[]string{"bridge", "--dp-rank", "99999999999999999999"}, `for "--dp-rank" flag: out of range`},
+		{[]string{"completion", "bahs"}, `unknown command "bahs" for "kvindex completion"`},
+		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "kvindex completion bash"`},
+		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},
+		{[]string{"help", "lookup", "bogus"}, `unknown help topic "lookup bogus"`},
 	} {
 		t.Run(strings.Join(tc.args, "_"), func(t *testing.T) {
 			root := NewRoot()
@@ -43,8 +48,36 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 			}
 		})
 	}
-	// No word at all prints the help and succeeds.
+	// What cobra's built-ins do know still works and exits 0.
+	for _, args := range [][]string{{"completion"}, {"help"}, {"help", "lookup"}, {"help", "cells", "verify"}} {
+		root := NewRoot()
+		root.SetArgs(args)
+		var out strings.Builder
+		root.SetOut(&out)
+		root.SetErr(io.Discard)
+		if err := root.ExecuteContext(context.Background()); err != nil || out.Len() == 0 {
+			t.Errorf("kvindex %v = %v, printed %d bytes; want output and no error", args, err, out.Len())
+		}
+	}
+	// A shell's script goes to the process's standard output, which the
+	// completion command takes when the root is built.
+	script, err := os.CreateTemp(t.TempDir(), "completion")
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := os.Stdout
+	os.Stdout = script
 	root := NewRoot()
+	os.Stdout = stdout
+	root.SetArgs([]string{"completion", "bash"})
+	if err := root.ExecuteContext(context.Background()); err != nil {
+		t.Fatalf("kvindex completion bash = %v", err)
+	}
+	if b, err := os.ReadFile(script.Name()); err != nil || !strings.Contains(string(b), "bash completion") {
+		t.Fatalf("kvindex completion bash wrote %d bytes (%v), want a bash completion script", len(b), err)
+	}
+	// No word at all prints the help and succeeds.
+	root = NewRoot()
 	root.SetArgs(nil)
 	var out strings.Builder
 	root.SetOut(&out)

@@ -159,6 +159,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkNotNested(cfg.DataDir); err != nil {
+		return nil, err
+	}
 	// Bind-check every fixed address first, so a busy port fails before
 	// anything starts and names the component.
 	for _, a := range []struct{ which, addr string }{{"etcd", cfg.EtcdAddr}, {"kafka", cfg.KafkaAddr}, {"grpc", cfg.GRPCAddr}, {"metrics", cfg.MetricsAddr}} {

@@ -129,6 +129,8 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	switch {
 	case errors.As(err, &ae):
 		return fmt.Errorf("%w (choose another with %s)", err, flagOf[ae.Which])
+	case errors.Is(err, stack.ErrNestedDataDir):
+		return fmt.Errorf("%w (choose a --data-dir outside it)", err)
 	case errors.Is(err, etcdembed.ErrDataDirInUse):
 		return fmt.Errorf("%w (another kvindex standalone? stop it, or choose another --data-dir)", err)
 	case err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil:

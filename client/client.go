@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -30,6 +31,16 @@ const (
 	// DefaultMaxAttempts is how many times a call is tried when replicas
 	// answer UNAVAILABLE (gRPC caps it at 5).
 	DefaultMaxAttempts = 3
+	// KeepaliveTime is how long a connection to a replica may carry
+	// nothing before the client pings it, and KeepaliveTimeout how long it
+	// waits for the ping's answer before it closes the connection (gRPC's
+	// keepalive.ClientParameters), so a replica that stopped answering
+	// (a stopped process, a node gone dark) loses its connection within
+	// 25 s even with no call in flight. indexd lets clients ping every
+	// 10 s at most (its --keepalive-min-time default); a shorter interval
+	// would be answered with GOAWAY. WithDialOptions can set others.
+	KeepaliveTime    = 20 * time.Second
+	KeepaliveTimeout = 5 * time.Second
 )
 
 // Tier is the memory tier of a matched block; the values are the API's
@@ -207,11 +218,11 @@ type Client struct {
 	// targets), to explain a call that found no address (explain).
 	dnsHost string
 	// staleAfter and maxAttempts drive the search for a fresh answer
-	// (lookupFresh); searchAfter (Unix ns) pauses it after a search found
-	// only stale answers.
+	// (lookupFresh); avoid holds the replicas calls pass over meanwhile
+	// (balancer.go).
 	staleAfter  time.Duration
 	maxAttempts int
-	searchAfter atomic.Int64
+	avoid       avoidSet
 	now         func() time.Time
 	// cells is set in cell mode (WithCells); conn and api are nil then.
 	cells *cellSet
@@ -231,8 +242,11 @@ type options struct {
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
-// has none sooner. Default DefaultTimeout (1 s); zero or less keeps the
-// default.
+// has none sooner. A call that runs out this deadline (not a sooner one of
+// the caller's) makes the Client avoid the replica it went to, as a stale
+// one (WithStaleAfter), so a replica that holds its connection open but
+// does not answer fails one call per WithStaleAfter, not its share of the
+// load. Default DefaultTimeout (1 s); zero or less keeps the default.
 func WithTimeout(d time.Duration) Option {
 	return func(o *options) {
 		if d > 0 {
@@ -303,6 +317,7 @@ func New(target string, opts ...Option) (*Client, error) {
 	dial := []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(serviceConfig(o.maxAttempts)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout, PermitWithoutStream: true}),
 	}
 	creds, err := o.tls.dialOption()
 	if err != nil {
@@ -375,11 +390,12 @@ func dnsHost(target string) string {
 	return hostPort
 }
 
-// noAddresses is how gRPC's round-robin balancer fails a call when the
-// resolver gave it no address; the resolver's own error is not kept.
-const noAddresses = "no children to pick from"
+// noAddresses is how gRPC's base balancer (under balancerName) fails a
+// call when the resolver gave it no address; the resolver's own error is
+// not kept.
+const noAddresses = "produced zero addresses"
 
-// explain turns gRPC's bare "no children to pick from" (a dns target that
+// explain turns gRPC's bare "produced zero addresses" (a dns target that
 // resolved to no address) into a message that says so, with the
 // resolver's error, looked up again for the purpose (for at most a
 // second, within ctx); and a call Close cut off (CANCELED while ctx is
@@ -406,13 +422,14 @@ func (c *Client) explain(ctx context.Context, err error) error {
 	return e
 }
 
-// serviceConfig balances round-robin and retries UNAVAILABLE only.
+// serviceConfig balances round-robin (balancerName: passing over the
+// replicas the client avoids) and retries UNAVAILABLE only.
 func serviceConfig(attempts int) string {
 	if attempts < 2 {
-		return `{"loadBalancingConfig":[{"round_robin":{}}]}`
+		return `{"loadBalancingConfig":[{"` + balancerName + `":{}}]}`
 	}
 	return fmt.Sprintf(`{
-  "loadBalancingConfig": [{"round_robin": {}}],
+  "loadBalancingConfig": [{"%s": {}}],
   "methodConfig": [{
     "name": [{"service": "kvindex.v1.IndexService"}],
     "retryPolicy": {
@@ -423,7 +440,7 @@ func serviceConfig(attempts int) string {
       "retryableStatusCodes": ["UNAVAILABLE"]
     }
   }]
-}`, attempts)
+}`, balancerName, attempts)
 }
 
 // Close releases the connections. Calls after Close, and those in flight
@@ -553,9 +570,9 @@ func (c *Client) send(ctx context.Context, req *kvindexv1.LookupRequest) (*Looku
 			timeout = min(timeout, math.MaxInt64-wait) + wait
 		}
 	}
-	ctx, cancel := deadline(ctx, timeout)
+	ctx, cancel, own := deadline(ctx, timeout)
 	defer cancel()
-	resp, err := c.lookupFresh(ctx, req)
+	resp, err := c.lookupFresh(ctx, req, own)
 	if err != nil {
 		return nil, c.explain(ctx, callError("Lookup", err))
 	}
@@ -597,6 +614,10 @@ func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList
 	}
 	out := &EndpointList{}
 	token := ""
+	// Tokens name the last endpoint of a page, so a walk never meets one
+	// twice; a server that repeats one (a bug, or replicas of different
+	// versions) would otherwise be followed round for ever.
+	seen := map[string]bool{"": true}
 	for {
 		page, err := c.ListEndpointsPage(ctx, model, 0, token)
 		if err != nil {
@@ -611,9 +632,10 @@ func (c *Client) ListEndpoints(ctx context.Context, model string) (*EndpointList
 		if page.NextPageToken == "" {
 			return out, nil
 		}
-		if page.NextPageToken == token {
-			return nil, &Error{Method: "ListEndpoints", Code: codes.Internal, Message: "the server returned the same page token twice", sentinel: ErrInternal}
+		if seen[page.NextPageToken] {
+			return nil, &Error{Method: "ListEndpoints", Code: codes.Internal, Message: fmt.Sprintf("the server returned page token %q a second time (after %d pages); the walk would not end", page.NextPageToken, out.Pages), sentinel: ErrInternal}
 		}
+		seen[page.NextPageToken] = true
 		token = page.NextPageToken
 	}
 }
@@ -643,9 +665,13 @@ func (c *Client) ListEndpointsPage(ctx context.Context, model string, pageSize i
 	if c.cells != nil {
 		return c.cells.listEndpointsPage(ctx, model, pageSize, pageToken)
 	}
-	ctx, cancel := c.deadline(ctx)
+	ctx, cancel, own := deadline(ctx, c.timeout)
 	defer cancel()
-	resp, err := c.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{Model: model, PageSize: int32(pageSize), PageToken: pageToken})
+	var resp *kvindexv1.ListEndpointsResponse
+	_, _, err := c.call(ctx, own, false, func(ctx context.Context) (err error) {
+		resp, err = c.api.ListEndpoints(ctx, &kvindexv1.ListEndpointsRequest{Model: model, PageSize: int32(pageSize), PageToken: pageToken})
+		return err
+	})
 	if err != nil {
 		return nil, c.explain(ctx, callError("ListEndpoints", err))
 	}
@@ -685,17 +711,15 @@ func encodable(req *kvindexv1.LookupRequest) error {
 	return nil
 }
 
-// deadline applies the default per-call timeout unless ctx ends sooner.
-func (c *Client) deadline(ctx context.Context) (context.Context, context.CancelFunc) {
-	return deadline(ctx, c.timeout)
-}
-
-// deadline bounds ctx by timeout unless it already ends sooner.
-func deadline(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+// deadline bounds ctx by timeout unless it already ends sooner; own
+// reports that the returned deadline is the client's (timeout), not the
+// caller's.
+func deadline(ctx context.Context, timeout time.Duration) (_ context.Context, _ context.CancelFunc, own bool) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
-		return ctx, func() {}
+		return ctx, func() {}, false
 	}
-	return context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	return ctx, cancel, true
 }
 
 // defaultBarrierWait is indexd's default barrier timeout

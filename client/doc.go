@@ -36,10 +36,13 @@
 // the answering replica last heard from etcd that its index was current
 // (replicas ask every second). During an etcd outage replicas keep
 // answering from their last state, and ProgressTime stops moving. When an
-// answer is older than WithStaleAfter (default 3 s) the client asks the
-// next replica, up to WithMaxAttempts calls, and returns the freshest
-// answer; after a search that found only stale answers it pauses the
-// search for that long, so a full outage does not multiply the load.
+// answer is older than WithStaleAfter (default 3 s) the client avoids
+// that replica for that long, for all of its calls, and asks another, up
+// to WithMaxAttempts calls, returning the freshest answer; when every
+// replica is avoided calls go to them anyway, so a full outage costs one
+// extra call per replica per WithStaleAfter, not a multiple of the load.
+// A replica that runs out the client's deadline (WithTimeout) is avoided
+// the same way.
 //
 // A match means the endpoint reported holding the blocks through its KV
 // events; by the time the request arrives the engine may have evicted
@@ -48,10 +51,12 @@
 // # Calls
 //
 // Calls go round-robin over the replicas a target resolves to
-// ("dns:///indexd.kvindex:50051", or a comma-separated list), carry a
+// ("dns:///indexd.kvindex:50051", or a comma-separated list), passing over
+// the ones the client avoids (above) while another is ready, carry a
 // default deadline (WithTimeout, 1 s) unless the caller's context ends
 // sooner, and are retried on another replica when one answers UNAVAILABLE
-// (only then: WithMaxAttempts). Errors wrap the sentinels ErrUnavailable,
+// (only then: WithMaxAttempts). Idle connections are pinged (KeepaliveTime)
+// so a replica gone silent loses its connection. Errors wrap the sentinels ErrUnavailable,
 // ErrInvalidArgument, ErrResourceExhausted, ErrDeadlineExceeded,
 // ErrCanceled and ErrInternal. A request protobuf cannot carry (a name
 // that is not valid UTF-8) is refused before it is sent, with

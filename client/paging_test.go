@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc/codes"
@@ -74,5 +76,42 @@ func TestListEndpointsRevisionsAcrossPages(t *testing.T) {
 	c = newClient(t, addr)
 	if _, err := c.ListEndpoints(context.Background(), "m"); !errors.Is(err, ErrInternal) || loop.calls.Load() != 2 {
 		t.Fatalf("a server repeating its token: %v after %d calls, want ErrInternal after 2", err, loop.calls.Load())
+	}
+}
+
+// cyclingIndex hands out page tokens "a", "b", "a", "b", ... for ever (a
+// buggy server, or replicas of different versions).
+type cyclingIndex struct {
+	kvindexv1.UnimplementedIndexServiceServer
+	calls atomic.Int64
+}
+
+func (c *cyclingIndex) ListEndpoints(_ context.Context, req *kvindexv1.ListEndpointsRequest) (*kvindexv1.ListEndpointsResponse, error) {
+	c.calls.Add(1)
+	next := "a"
+	if req.PageToken == "a" {
+		next = "b"
+	}
+	return &kvindexv1.ListEndpointsResponse{Revision: 1, NextPageToken: next,
+		Endpoints: []*kvindexv1.EndpointInfo{{Model: "m", Endpoint: &kvindexv1.Endpoint{Pod: "p" + next}}}}, nil
+}
+
+// TestListEndpointsStopsAtARepeatedToken: a server whose page tokens come
+// round again fails the walk with ErrInternal at the first repeat. Before,
+// only a token repeated twice in a row was refused, and a cycle of two was
+// followed until the caller's deadline (for ever under
+// context.Background), its endpoints piling up.
+func TestListEndpointsStopsAtARepeatedToken(t *testing.T) {
+	f := &cyclingIndex{}
+	addr, _ := serve(t, f)
+	c := newClient(t, addr)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	l, err := c.ListEndpoints(ctx, "")
+	if !errors.Is(err, ErrInternal) || !strings.Contains(err.Error(), `page token "a" a second time`) || l != nil {
+		t.Fatalf("ListEndpoints = %v, %v; want ErrInternal naming the repeated token", l, err)
+	}
+	if n := f.calls.Load(); n != 3 {
+		t.Fatalf("%d pages asked for, want 3 (tokens \"\", a, b; then a again)", n)
 	}
 }

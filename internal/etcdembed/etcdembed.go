@@ -230,6 +230,24 @@ func start(ctx context.Context, cfg Config) (*Server, error) {
 	return &Server{e: e, url: cu.String(), closing: closing, lock: lock}, nil
 }
 
+// CheckDataDir returns an error wrapping ErrDataDirInUse when a Server
+// (of this process or another) holds dir's LockFile now, without creating
+// anything; a dir without the file is free. It lets a caller that checks
+// other resources first (ports) name the more telling cause: a second
+// stack on a data dir also finds the first one's ports taken. Start still
+// takes the lock itself, so a race between the two is caught there.
+func CheckDataDir(dir string) error {
+	path := filepath.Join(dir, LockFile)
+	l, err := fileutil.TryLockFile(path, os.O_WRONLY, fileutil.PrivateFileMode)
+	switch {
+	case errors.Is(err, fileutil.ErrLocked):
+		return fmt.Errorf("%w: %s is held by another process or by another server in this one", ErrDataDirInUse, dir)
+	case err != nil:
+		return nil // no lock file (or none to open): Start reports the rest
+	}
+	return l.Close()
+}
+
 // lockDataDir creates dir (0700, as etcd does) and takes the lock on its
 // LockFile without waiting: a held lock is ErrDataDirInUse at once.
 func lockDataDir(dir string) (*fileutil.LockedFile, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -58,5 +59,31 @@ func TestNestedDataDirRefused(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("%s after the refusal: %v, want nothing created", dir, err)
+	}
+}
+
+// TestDataDirInUseNamedBeforePorts: a second stack on a data dir in use,
+// with the first one's addresses (a second `make run`), fails naming the
+// data dir, not a taken port. Before, it named the etcd port, and after
+// that one was changed the Kafka port, then the gRPC one, and only then
+// the data dir.
+func TestDataDirInUseNamedBeforePorts(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first, err := Start(ctx, Config{DataDir: dir, EtcdAddr: "127.0.0.1:0", KafkaAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", MetricsAddr: "127.0.0.1:0", UnsafeNoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.close()
+	etcdAddr := strings.TrimPrefix(first.EtcdURL(), "http://")
+	s, err := Start(ctx, Config{DataDir: dir, EtcdAddr: etcdAddr, KafkaAddr: first.KafkaAddr(), GRPCAddr: first.GRPCAddr(), MetricsAddr: first.MetricsAddr(), UnsafeNoFsync: true})
+	if err == nil {
+		s.close()
+		t.Fatal("a second stack started on a data dir in use")
+	}
+	var ae *AddrError
+	if !errors.Is(err, etcdembed.ErrDataDirInUse) || errors.As(err, &ae) {
+		t.Fatalf("second Start = %v, want ErrDataDirInUse before any taken address", err)
 	}
 }

@@ -131,6 +131,8 @@ type Stack struct {
 	indexd   *indexd.Server
 	ops      *opsserver.Server
 	registry *prometheus.Registry
+	// hashMode is the ingester's (checkHashMode).
+	hashMode keyspace.HashMode
 	// grpcLis is closed by close only when Start fails (Run hands it to
 	// indexd, which closes it).
 	grpcLis net.Listener
@@ -162,6 +164,10 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 	if err := checkNotNested(cfg.DataDir); err != nil {
 		return nil, err
 	}
+	// A data dir in use says why its ports are taken too: name it first.
+	if err := etcdembed.CheckDataDir(filepath.Join(cfg.DataDir, "etcd")); err != nil {
+		return nil, fmt.Errorf("stack: %w", err)
+	}
 	// Bind-check every fixed address first, so a busy port fails before
 	// anything starts and names the component.
 	for _, a := range []struct{ which, addr string }{{"etcd", cfg.EtcdAddr}, {"kafka", cfg.KafkaAddr}, {"grpc", cfg.GRPCAddr}, {"metrics", cfg.MetricsAddr}} {
@@ -188,6 +194,9 @@ func Start(ctx context.Context, cfg Config) (_ *Stack, err error) {
 		return nil, err
 	}
 	if err = s.newRoles(); err != nil {
+		return nil, err
+	}
+	if err = checkHashMode(ctx, s.cli, cfg.Keyspace, s.hashMode); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -246,6 +255,7 @@ func (s *Stack) newRoles() (err error) {
 	if cfg.Ingester != nil {
 		cfg.Ingester(&icfg)
 	}
+	s.hashMode = icfg.HashMode
 	if s.ingester, err = ingester.New(icfg); err != nil {
 		return fmt.Errorf("stack: %w", err)
 	}

@@ -64,7 +64,10 @@ listener over TLS or mutual TLS, as indexd does.`,
 				return err
 			}
 			if err := common.ValidateTopic(f.topic); err != nil {
-				return fmt.Errorf("--topic: %w", err)
+				return common.Usagef("--topic: %w", err)
+			}
+			if _, err := keyspace.ParseHashMode(f.hashMode); err != nil {
+				return common.Usagef("--hash-mode: %w", err)
 			}
 			if f.liveness < ingester.MinLivenessWindow {
 				return common.Usagef("--liveness-window %v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", f.liveness, ingester.MinLivenessWindow)
@@ -129,6 +132,8 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 	switch {
 	case errors.As(err, &ae):
 		return fmt.Errorf("%w (choose another with %s)", err, flagOf[ae.Which])
+	case errors.Is(err, stack.ErrHashModeChange):
+		return fmt.Errorf("%w: run that mode on another --data-dir, or remove %s to start afresh", err, f.dataDir)
 	case errors.Is(err, stack.ErrNestedDataDir):
 		return fmt.Errorf("%w (choose a --data-dir outside it)", err)
 	case errors.Is(err, etcdembed.ErrDataDirInUse):

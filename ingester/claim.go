@@ -326,11 +326,17 @@ func (w *worker) init(ctx context.Context) error {
 			return err
 		}
 	}
+	otherMode := 0
 	for _, ep := range w.eps {
 		if ep.hashMode != w.cfg.HashMode {
 			// Its keys are of the other mode: no lookup of this mode could
-			// find them, and no removal of this mode reach them.
-			w.log.Info("dropping an endpoint written in another hash mode", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
+			// find them, and no removal of this mode reach them. One WARN
+			// per claim says it happened; each endpoint is an INFO line.
+			if otherMode++; otherMode == 1 {
+				w.log.Warn("dropping the blocks of endpoints written in another hash mode (is --hash-mode the fleet's?)", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
+			} else {
+				w.log.Info("dropping an endpoint written in another hash mode", "endpoint", ep.id.String(), "stored", ep.hashMode, "mode", w.cfg.HashMode)
+			}
 			w.ap.drop(ep, "hash_mode", false)
 			ep.hashMode = w.cfg.HashMode
 			w.win.markDirty(ep) // rewritten in this mode

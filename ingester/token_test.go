@@ -3,8 +3,10 @@ package ingester
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -442,6 +444,8 @@ func TestHashModeChangeDropsAndRewrites(t *testing.T) {
 	tok.HashMode = keyspace.HashModeToken
 	reg := prometheus.NewRegistry()
 	tok.Registry = reg
+	var logs testutil.LogBuffer
+	tok.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	r := start(t, tok)
 	id := keyspace.Endpoint{Model: tokenModel, Pod: "p"}
 	ingesttest.WaitFor(t, ctx, e.etcd.Client, cfg.Keyspace.Prefix(), "the record rewritten in token mode", func() bool {
@@ -453,6 +457,11 @@ func TestHashModeChangeDropsAndRewrites(t *testing.T) {
 	}
 	if got := promtest.ToFloat64(r.in.m.drops.WithLabelValues("hash_mode")); got != 1 {
 		t.Errorf("hash_mode drops = %v, want 1", got)
+	}
+	// Said at WARN (standalone and most deployments log warnings only):
+	// before, only an INFO line and the metric told of the lost blocks.
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "another hash mode") {
+		t.Errorf("no WARN of the endpoints dropped for their hash mode; logged:\n%s", logs.String())
 	}
 	// Its sequence state survives: the next record applies as seq 1.
 	seen.Merge(ingesttest.Produce(t, ctx, e.prod, topic, []refmodel.Record{p.batch(t, stored([]uint64{3}, 0, tokenIDs(4, 1), 4, "GPU"))}))

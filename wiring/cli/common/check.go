@@ -64,11 +64,11 @@ const MaxTopicLen = cellmap.MaxTopicLen
 // too).
 func ValidateTopic(name string) error { return cellmap.ValidateTopic(name) }
 
-// ValidateTopic checks --topic with the package function ValidateTopic,
-// naming the flag.
+// ValidateTopic checks --topic with the package function ValidateTopic:
+// a usage error (exit 2) naming the flag.
 func (k *Kafka) ValidateTopic() error {
 	if err := ValidateTopic(k.Topic); err != nil {
-		return fmt.Errorf("--topic: %w", err)
+		return Usagef("--topic: %w", err)
 	}
 	return nil
 }

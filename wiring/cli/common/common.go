@@ -53,14 +53,14 @@ func (l *Logging) Logger() (*slog.Logger, error) {
 
 // LoggerTo builds the logger the flags describe, writing to w (a
 // command's ErrOrStderr, so an in-process caller can read the lines).
-// A bad value is an error naming its flag.
+// A bad value is a usage error (exit 2) naming its flag.
 func (l *Logging) LoggerTo(w io.Writer) (*slog.Logger, error) {
 	log, err := logging.New(w, l.Level, logging.Format(l.Format))
 	switch {
 	case errors.Is(err, logging.ErrLevel):
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, Usagef("--log-level: %w", err)
 	case errors.Is(err, logging.ErrFormat):
-		return nil, fmt.Errorf("--log-format: %w", err)
+		return nil, Usagef("--log-format: %w", err)
 	}
 	return log, err
 }

@@ -199,7 +199,9 @@ func runOne(ctx context.Context, f *flags, s *scenario.Scenario) (replay.Result,
 		err := prod.Ping(pctx)
 		cancel()
 		if err != nil {
-			return replay.Result{}, fmt.Errorf("the Kafka brokers %v did not answer within %s (--brokers): %w", logging.RedactURLs(f.brokers), brokerPingTimeout, err)
+			// Ping returns at once for a refused connection, and after
+			// brokerPingTimeout for brokers that do not answer.
+			return replay.Result{}, fmt.Errorf("the Kafka brokers %v did not answer (--brokers; tried for up to %s): %w", logging.RedactURLs(f.brokers), brokerPingTimeout, err)
 		}
 	}
 	idx, err := client.New(index, append(copts, client.WithTimeout(f.barrierTimeout+10*time.Second))...)

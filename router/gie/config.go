@@ -8,6 +8,9 @@ import (
 	"reflect"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/kvindex/kvindex/client"
 )
 
 // PrepareDataBudget is the GIE director's fixed budget for all PrepareData
@@ -61,6 +64,28 @@ type ModelMapping struct {
 	// the base model.
 	LoRA string `json:"lora,omitempty"`
 }
+
+// Limits of indexd that a models entry must stay within: indexd refuses a
+// Lookup past them on every request (INVALID_ARGUMENT), so an entry past
+// them could only ever fall back. The plugin does not import indexd or
+// the main module's internal/keyspace (its module graph holds the client
+// and proto modules only), so they are mirrored here.
+const (
+	// MaxModelBytes is the longest kvindex model name, in bytes:
+	// keyspace.MaxNameLen (internal/keyspace/names.go; docs/limits.md,
+	// "model and pod name length"), which indexd's Lookup checks with
+	// keyspace.ValidateName.
+	MaxModelBytes = 512
+	// MaxLoRABytes is the longest LoRA name, in bytes: indexd's
+	// DefaultMaxExtraBytes (indexd/config.go, --max-extra-bytes;
+	// docs/limits.md, "bytes of each token Lookup extra").
+	MaxLoRABytes = 1024
+)
+
+// MaxBlockSize is the largest blockSize: the client's
+// MaxHasherBlockSize, the largest block size kvindex's client takes
+// (engines use 16 to a few hundred).
+const MaxBlockSize = client.MaxHasherBlockSize
 
 // TokenizerParams are the producer's tokenizer settings.
 type TokenizerParams struct {
@@ -139,6 +164,15 @@ type ProducerParams struct {
 	// the least time between two such WARN lines. Default 10s; "0s" turns
 	// the checks off.
 	IdentityCheckInterval *Duration `json:"identityCheckInterval,omitempty"`
+	// MaxStaleness is the oldest an answer may be: an answer whose
+	// progress time (IndexAnswer.ProgressTime) is further than this in
+	// the past, by the EPP's clock, is not used but counted as a fallback
+	// with reason "stale" (docs/DESIGN.md "Staleness": when every indexd
+	// replica is stale the router falls back to its own scoring). An
+	// answer without a progress time is not judged. Default 30s, indexd's
+	// default --max-staleness; "0s" turns the check off (a pointer, so
+	// that an explicit 0s is kept).
+	MaxStaleness *Duration `json:"maxStaleness,omitempty"`
 	// Fallback is approximate (default) or none.
 	Fallback string `json:"fallback,omitempty"`
 	// FallbackLogInterval is the least time between two fallback log
@@ -155,6 +189,11 @@ const (
 	DefaultSpeculativeMaxEntries = 200000
 	DefaultFallbackLogInterval   = 10 * time.Second
 	DefaultIdentityCheckInterval = 10 * time.Second
+	// DefaultMaxStaleness is indexd's default --max-staleness
+	// (indexd.DefaultMaxStaleness, indexd/config.go), past which a
+	// replica reports itself not ready: the ingesters' default liveness
+	// window, past which a stale index may name endpoints that are gone.
+	DefaultMaxStaleness = 30 * time.Second
 )
 
 // DefaultProducerParams returns every parameter at its default, Target
@@ -357,6 +396,10 @@ func (p *ProducerParams) FillDefaults() {
 		d := Duration(DefaultIdentityCheckInterval)
 		p.IdentityCheckInterval = &d
 	}
+	if p.MaxStaleness == nil {
+		d := Duration(DefaultMaxStaleness)
+		p.MaxStaleness = &d
+	}
 	if p.Fallback == "" {
 		p.Fallback = FallbackApproximate
 	}
@@ -388,6 +431,20 @@ func (p ProducerParams) Validate() error {
 			return fmt.Errorf("%w: models[%d].match %q repeats", ErrInvalidConfig, i, m.Match)
 		}
 		seen[m.Match] = true
+		// What the Lookup sends: the kvindex model (match when model is
+		// empty) and the LoRA name, both proto3 strings (UTF-8).
+		field, model := "model", m.Model
+		if model == "" {
+			field, model = "match", m.Match
+		}
+		if len(model) > MaxModelBytes || !utf8.ValidString(model) {
+			return fmt.Errorf("%w: models[%d].%s is %d bytes: the kvindex model must be valid UTF-8 of at most %d bytes (indexd refuses a longer one on every Lookup)",
+				ErrInvalidConfig, i, field, len(model), MaxModelBytes)
+		}
+		if len(m.LoRA) > MaxLoRABytes || !utf8.ValidString(m.LoRA) {
+			return fmt.Errorf("%w: models[%d].lora is %d bytes: it must be valid UTF-8 of at most %d bytes (indexd's default --max-extra-bytes; it refuses a longer one on every Lookup)",
+				ErrInvalidConfig, i, len(m.LoRA), MaxLoRABytes)
+		}
 	}
 	if err := p.identityMapper().Validate(); err != nil {
 		return err
@@ -407,11 +464,14 @@ func (p ProducerParams) Validate() error {
 	if err := p.matcherConfig().Validate(); err != nil {
 		return err
 	}
-	if p.SpeculativeTTL == nil || p.SpeculativeIndexLag == nil || p.IdentityCheckInterval == nil {
-		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag and identityCheckInterval must not be null (leave them out for their defaults)", ErrInvalidConfig)
+	if p.SpeculativeTTL == nil || p.SpeculativeIndexLag == nil || p.IdentityCheckInterval == nil || p.MaxStaleness == nil {
+		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag, identityCheckInterval and maxStaleness must not be null (leave them out for their defaults)", ErrInvalidConfig)
 	}
 	if *p.SpeculativeTTL < 0 || *p.SpeculativeIndexLag < 0 || *p.IdentityCheckInterval < 0 {
 		return fmt.Errorf("%w: speculativeTTL, speculativeIndexLag and identityCheckInterval must not be negative", ErrInvalidConfig)
+	}
+	if *p.MaxStaleness < 0 {
+		return fmt.Errorf("%w: maxStaleness %v must not be negative (\"0s\" turns the check off)", ErrInvalidConfig, time.Duration(*p.MaxStaleness))
 	}
 	if p.SpeculativeMaxEntries <= 0 {
 		return fmt.Errorf("%w: speculativeMaxEntries %d must be positive (speculativeTTL \"0s\" turns the entries off)", ErrInvalidConfig, p.SpeculativeMaxEntries)
@@ -434,7 +494,11 @@ func (p ProducerParams) tokenizerConfig() TokenizerConfig {
 }
 
 func (p ProducerParams) matcherConfig() MatcherConfig {
-	return MatcherConfig{BlockSize: p.BlockSize, LookupTimeout: time.Duration(p.LookupTimeout), MaxPromptTokens: p.MaxPromptTokens}
+	c := MatcherConfig{BlockSize: p.BlockSize, LookupTimeout: time.Duration(p.LookupTimeout), MaxPromptTokens: p.MaxPromptTokens}
+	if p.MaxStaleness != nil { // nil only in unfilled params, which Validate refuses
+		c.MaxStaleness = time.Duration(*p.MaxStaleness)
+	}
+	return c
 }
 
 // mapModel returns the kvindex model and LoRA for a request's model.

@@ -14,7 +14,7 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ttl, lag, check := Duration(2*time.Second), Duration(500*time.Millisecond), Duration(10*time.Second)
+	ttl, lag, check, stale := Duration(2*time.Second), Duration(500*time.Millisecond), Duration(10*time.Second), Duration(30*time.Second)
 	want := ProducerParams{
 		Target:                "dns:///indexd:50051",
 		TokenizeTimeout:       Duration(150 * time.Millisecond),
@@ -26,6 +26,7 @@ func TestParseProducerParamsDefaults(t *testing.T) {
 		SpeculativeIndexLag:   &lag,
 		SpeculativeMaxEntries: 200000,
 		IdentityCheckInterval: &check,
+		MaxStaleness:          &stale,
 		Fallback:              FallbackApproximate,
 		FallbackLogInterval:   Duration(10 * time.Second),
 	}
@@ -221,5 +222,59 @@ func TestExplicitZerosKeepTheirMeaning(t *testing.T) {
 func TestNewProducerRefusesNilKVIndex(t *testing.T) {
 	if _, err := NewProducer("", ProducerParams{Target: "x:1"}, (*KVIndex)(nil), nil); !errors.Is(err, ErrInvalidConfig) {
 		t.Errorf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestParamsPastIndexdLimitsRefused: parameters with which every Lookup
+// could only fall back are refused at load, naming the field: a kvindex
+// model (models[].model, or models[].match when model is empty) past
+// keyspace.MaxNameLen (512 bytes) or not UTF-8, a models[].lora past
+// indexd's default --max-extra-bytes (1024), a blockSize past the
+// client's MaxHasherBlockSize or above maxPromptTokens (no prompt looked
+// up would fill a block). The limits themselves are accepted. Before,
+// all of these loaded.
+func TestParamsPastIndexdLimitsRefused(t *testing.T) {
+	if MaxModelBytes != 512 || MaxLoRABytes != 1024 || MaxBlockSize != 1<<20 {
+		t.Fatalf("limits %d, %d, %d: want keyspace.MaxNameLen 512, indexd.DefaultMaxExtraBytes 1024, client.MaxHasherBlockSize 1<<20",
+			MaxModelBytes, MaxLoRABytes, MaxBlockSize)
+	}
+	long := func(n int) string { return strings.Repeat("x", n) }
+	for raw, want := range map[string]string{
+		`{"target":"x:1","models":[{"match":"a","lora":"` + long(1025) + `"}]}`:               "models[0].lora is 1025 bytes",
+		`{"target":"x:1","models":[{"match":"a","lora":"` + long(2000) + `"}]}`:               "models[0].lora is 2000 bytes",
+		`{"target":"x:1","models":[{"match":"a"},{"match":"b","model":"` + long(513) + `"}]}`: "models[1].model is 513 bytes",
+		`{"target":"x:1","models":[{"match":"a","model":"` + long(600) + `"}]}`:               "models[0].model is 600 bytes",
+		`{"target":"x:1","models":[{"match":"` + long(513) + `"}]}`:                           "models[0].match is 513 bytes",
+		`{"target":"x:1","blockSize":1000000000}`:                                             "blockSize 1000000000: at most 1048576 tokens",
+		`{"target":"x:1","blockSize":1048577,"maxPromptTokens":1048576}`:                      "blockSize 1048577: at most 1048576",
+		`{"target":"x:1","blockSize":64,"maxPromptTokens":32}`:                                "blockSize 64 is above maxPromptTokens 32",
+		`{"target":"x:1","blockSize":131072}`:                                                 "blockSize 131072 is above maxPromptTokens 65536",
+	} {
+		_, err := ParseProducerParams([]byte(raw))
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%.100s: %v, want ErrInvalidConfig with %q", raw, err, want)
+		}
+	}
+	// JSON decoding replaces invalid UTF-8; a hand-built ProducerParams
+	// can still hold it, and gRPC would refuse to marshal it.
+	for _, mm := range []ModelMapping{{Match: "a", Model: "\xff"}, {Match: "a", LoRA: "\xff"}, {Match: "\xff"}} {
+		p := DefaultProducerParams()
+		p.Target, p.Models = "x:1", []ModelMapping{mm}
+		if err := p.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "valid UTF-8") {
+			t.Errorf("%+q: %v, want ErrInvalidConfig naming UTF-8", mm, err)
+		}
+	}
+	for _, raw := range []string{
+		`{"target":"x:1","models":[{"match":"a","lora":"` + long(1024) + `"}]}`,
+		`{"target":"x:1","models":[{"match":"a","model":"` + long(512) + `"}]}`,
+		`{"target":"x:1","models":[{"match":"` + long(512) + `"}]}`,
+		// A long request model is fine when it maps to a short kvindex model.
+		`{"target":"x:1","models":[{"match":"` + long(2000) + `","model":"llama"}]}`,
+		`{"target":"x:1","blockSize":1048576,"maxPromptTokens":1048576}`,
+		`{"target":"x:1","blockSize":32,"maxPromptTokens":32}`,
+	} {
+		if _, err := ParseProducerParams([]byte(raw)); err != nil {
+			t.Errorf("%.100s: %v, want it accepted", raw, err)
+		}
 	}
 }

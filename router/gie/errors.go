@@ -17,4 +17,9 @@ var (
 	// ErrIdentity: an endpoint cannot be mapped to a kvindex pod identity
 	// (for example a "-rank-N" endpoint whose port is below N).
 	ErrIdentity = errors.New("kvindex gie: endpoint identity")
+	// ErrStale: the index answered, but from a view older than
+	// maxStaleness (its progress time is that far in the past: the
+	// answering replica has not heard from etcd since); the message says
+	// how old.
+	ErrStale = errors.New("kvindex gie: stale answer")
 )

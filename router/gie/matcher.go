@@ -33,6 +33,13 @@ type MatcherConfig struct {
 	// its --max-tokens (default 131,072) as invalid, and the producer
 	// then falls back, so a value above indexd's wastes the Lookup.
 	MaxPromptTokens int
+	// MaxStaleness is the oldest an answer may be: Match refuses an
+	// answer whose ProgressTime is more than MaxStaleness before the
+	// Matcher's clock with an error wrapping ErrStale, which the producer
+	// counts as a fallback (reason "stale"). An answer without a progress
+	// time is not judged. Default DefaultMaxStaleness (30 s, indexd's
+	// default --max-staleness); 0 turns the check off; not negative.
+	MaxStaleness time.Duration
 }
 
 // MaxMatcherPromptTokens is the most MatcherConfig.MaxPromptTokens may be:
@@ -42,7 +49,7 @@ const MaxMatcherPromptTokens = 1 << 20
 
 // DefaultMatcherConfig returns the defaults documented on MatcherConfig.
 func DefaultMatcherConfig() MatcherConfig {
-	return MatcherConfig{BlockSize: 16, LookupTimeout: 100 * time.Millisecond, MaxPromptTokens: 65536}
+	return MatcherConfig{BlockSize: 16, LookupTimeout: 100 * time.Millisecond, MaxPromptTokens: 65536, MaxStaleness: DefaultMaxStaleness}
 }
 
 // Validate reports the first field out of range.
@@ -50,10 +57,16 @@ func (c MatcherConfig) Validate() error {
 	switch {
 	case c.BlockSize <= 0:
 		return fmt.Errorf("%w: blockSize %d must be positive", ErrInvalidConfig, c.BlockSize)
+	case c.BlockSize > MaxBlockSize:
+		return fmt.Errorf("%w: blockSize %d: at most %d tokens (the client's MaxHasherBlockSize)", ErrInvalidConfig, c.BlockSize, MaxBlockSize)
 	case c.LookupTimeout <= 0:
 		return fmt.Errorf("%w: lookupTimeout %v must be positive", ErrInvalidConfig, c.LookupTimeout)
 	case c.MaxPromptTokens <= 0 || c.MaxPromptTokens > MaxMatcherPromptTokens:
 		return fmt.Errorf("%w: maxPromptTokens %d must be between 1 and %d", ErrInvalidConfig, c.MaxPromptTokens, MaxMatcherPromptTokens)
+	case c.BlockSize > c.MaxPromptTokens:
+		return fmt.Errorf("%w: blockSize %d is above maxPromptTokens %d: no prompt looked up would fill one block", ErrInvalidConfig, c.BlockSize, c.MaxPromptTokens)
+	case c.MaxStaleness < 0:
+		return fmt.Errorf("%w: maxStaleness %v must not be negative (0 turns the check off)", ErrInvalidConfig, c.MaxStaleness)
 	}
 	return nil
 }
@@ -65,6 +78,8 @@ type Matcher struct {
 	cfg   MatcherConfig
 	index Index
 	spec  *Speculative
+	// now is the clock answers' ages are taken by (time.Now).
+	now func() time.Time
 }
 
 // NewMatcher returns a Matcher asking index, merging spec's entries (nil:
@@ -76,7 +91,7 @@ func NewMatcher(cfg MatcherConfig, index Index, spec *Speculative) (*Matcher, er
 	if k, ok := index.(*KVIndex); index == nil || ok && k == nil {
 		return nil, fmt.Errorf("%w: no index", ErrInvalidConfig)
 	}
-	return &Matcher{cfg: cfg, index: index, spec: spec}, nil
+	return &Matcher{cfg: cfg, index: index, spec: spec, now: time.Now}, nil
 }
 
 // Match looks model's prompt up among candidates (every endpoint the
@@ -85,13 +100,17 @@ func NewMatcher(cfg MatcherConfig, index Index, spec *Speculative) (*Matcher, er
 // beyond the index's answer only until that answer has caught up with
 // their decision (Speculative). The Lookup runs under
 // LookupTimeout (or ctx's sooner deadline); its error is returned
-// unchanged, with a nil map.
+// unchanged, with a nil map. An answer older than MaxStaleness is an
+// error wrapping ErrStale, with a nil map.
 func (m *Matcher) Match(ctx context.Context, model string, p Prompt, candidates []Identity) (map[Identity]EndpointMatch, error) {
 	p = m.truncate(p)
 	lctx, cancel := context.WithTimeout(ctx, m.cfg.LookupTimeout)
 	defer cancel()
 	ans, err := m.index.LookupTokens(lctx, model, p, candidates)
 	if err != nil {
+		return nil, err
+	}
+	if err := m.checkFresh(ans.ProgressTime); err != nil {
 		return nil, err
 	}
 	var keys []uint64
@@ -105,6 +124,21 @@ func (m *Matcher) Match(ctx context.Context, model string, p Prompt, candidates 
 		return m.spec.Match(keys, id, ans.ProgressTime)
 	}
 	return merge(candidates, ans.Matches, spec, m.specBlockSize(), len(p.TokenIDs), m.cfg.BlockSize), nil
+}
+
+// checkFresh returns an error wrapping ErrStale when progress (an
+// answer's ProgressTime) is more than MaxStaleness old; a zero progress
+// (the replica did not say) or MaxStaleness 0 passes. The age compares
+// indexd's clock with this process's, so a clock skew counts in it.
+func (m *Matcher) checkFresh(progress time.Time) error {
+	if m.cfg.MaxStaleness <= 0 || progress.IsZero() {
+		return nil
+	}
+	if age := m.now().Sub(progress); age > m.cfg.MaxStaleness {
+		return fmt.Errorf("%w: the answer's progress time %s is %v old, past maxStaleness %v",
+			ErrStale, progress.UTC().Format(time.RFC3339Nano), age.Round(time.Millisecond), m.cfg.MaxStaleness)
+	}
+	return nil
 }
 
 // Remember records that model's prompt p was sent to id, for the

@@ -18,6 +18,10 @@ const (
 	// give (client.LookupResult.Partial): the other cells' matches are
 	// used, the missing cell's candidates get none.
 	KindPartial = "partial"
+	// KindStale is an answer older than maxStaleness (ErrStale): every
+	// replica the client asked was that far behind etcd, so the answer
+	// is not used.
+	KindStale = "stale"
 )
 
 // Metrics are the plugins' Prometheus metrics. One Metrics is shared by
@@ -49,7 +53,7 @@ func NewMetrics() *Metrics {
 		}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "kvindex_gie_lookup_errors_total",
-			Help: "Requests the producer could not answer from kvindex, by kind (unavailable, deadline, tokenize, no_prompt, identity, invalid, partial, other).",
+			Help: "Requests the producer could not answer from kvindex, by kind (unavailable, deadline, tokenize, no_prompt, identity, invalid, partial, stale, other).",
 		}, []string{"kind"}),
 		lookupSecs: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "kvindex_gie_lookup_seconds",
@@ -91,7 +95,7 @@ func NewMetrics() *Metrics {
 	// Every error kind and fallback series exists from the start, so a
 	// rate over one is 0, not absent (the alerting rules of
 	// deploy/observability select kind="identity").
-	kinds := []string{KindUnavailable, KindDeadline, KindTokenize, KindNoPrompt, KindIdentity, KindInvalid, KindPartial, KindOther}
+	kinds := []string{KindUnavailable, KindDeadline, KindTokenize, KindNoPrompt, KindIdentity, KindInvalid, KindPartial, KindStale, KindOther}
 	for _, k := range kinds {
 		m.errors.WithLabelValues(k)
 		for _, mode := range []string{FallbackApproximate, FallbackNone} {

@@ -381,7 +381,7 @@ func (p *Producer) fallback(ctx context.Context, err error, endpoints []framewor
 	kind := errorKind(err)
 	p.metrics.errors.WithLabelValues(kind).Inc()
 	p.metrics.fallbacks.WithLabelValues(p.params.Fallback, kind).Inc()
-	p.logRate(ctx, "kvindex: no answer from the index; falling back", err, "fallback", p.params.Fallback, "kind", kind)
+	p.logRate(ctx, "kvindex: no usable answer from the index; falling back", err, "fallback", p.params.Fallback, "kind", kind)
 	if p.params.Fallback != FallbackNone || ctx.Err() != nil {
 		return
 	}
@@ -414,6 +414,8 @@ func errorKind(err error) string {
 		return KindTokenize
 	case errors.Is(err, ErrIdentity):
 		return KindIdentity
+	case errors.Is(err, ErrStale):
+		return KindStale
 	case errors.As(err, &ie):
 		return ie.Kind
 	}

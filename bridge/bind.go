@@ -58,6 +58,10 @@ type hub struct {
 	// one is counted (kvindex_bridge_unknown_topics_total) and logged at
 	// debug.
 	refusedLog rate.Sometimes
+	// badPeerLog limits the warning for a connection whose handshake made
+	// zmq4 panic (errZMTPPanic) the same way: anyone who reaches the port
+	// can send one.
+	badPeerLog rate.Sometimes
 }
 
 // refusedLogEvery is how often a refused topic is warned of at most: a
@@ -110,7 +114,7 @@ func (b *Bridge) runBind(runCtx, drainCtx context.Context, startFlush func(), ou
 	b.listening.Store(true)
 	b.log.Info("listening for publishers", "addr", bound)
 	h := &hub{b: b, out: out, drainCtx: drainCtx, pods: map[string]*pod{}, conns: map[*bindConn]struct{}{},
-		refusedLog: rate.Sometimes{Interval: refusedLogEvery}}
+		refusedLog: rate.Sometimes{Interval: refusedLogEvery}, badPeerLog: rate.Sometimes{Interval: refusedLogEvery}}
 	stop := context.AfterFunc(runCtx, func() { l.Close() })
 	defer stop()
 	h.acceptLoop(runCtx, l)
@@ -194,10 +198,19 @@ func (h *hub) serve(ctx context.Context, c *bindConn) {
 	}()
 	zc, err := openZMTP(ctx, c.raw, c.remote, zmq4.Sub, true, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
 	if err != nil {
-		b.log.Debug("publisher handshake failed", "remote", c.remote, "err", err)
+		warned := false
+		if errors.Is(err, errZMTPPanic) {
+			h.badPeerLog.Do(func() {
+				warned = true
+				b.log.Warn("publisher handshake failed on malformed ZMTP, connection closed (warned once per "+refusedLogEvery.String()+")", "remote", c.remote, "err", err)
+			})
+		}
+		if !warned {
+			b.log.Debug("publisher handshake failed", "remote", c.remote, "err", err)
+		}
 		return
 	}
-	if err := zc.zc.SendMsg(zmq4.NewMsg(append([]byte{1}, b.topics.prefix...))); err != nil {
+	if err := zc.send(zmq4.NewMsg(append([]byte{1}, b.topics.prefix...))); err != nil {
 		b.log.Debug("subscribing a publisher failed", "remote", c.remote, "err", err)
 		return
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/internal/contract"
@@ -66,6 +67,16 @@ type Bridge struct {
 	fatalMu sync.Mutex
 	fatal   error
 
+	// refusedMu guards refused, the records Kafka refused as too large
+	// (MESSAGE_TOO_LARGE) in the order their callbacks ran, which the
+	// produce loop retries one by one (retryRefused); refusedDone is set
+	// once it has ended, after which a refusal is counted as lost.
+	// refusedCh wakes the produce loop.
+	refusedMu   sync.Mutex
+	refused     []refusal
+	refusedDone bool
+	refusedCh   chan struct{}
+
 	// subMu guards sub, the current PUB connection, so the sequencer can
 	// force a reconnection (dropSub).
 	subMu sync.Mutex
@@ -84,9 +95,10 @@ func New(cfg Config) (*Bridge, error) {
 		return nil, err
 	}
 	b := &Bridge{
-		cfg:   cfg,
-		log:   cfg.Logger,
-		clock: cfg.Clock,
+		cfg:       cfg,
+		log:       cfg.Logger,
+		clock:     cfg.Clock,
+		refusedCh: make(chan struct{}, 1),
 	}
 	if b.log == nil {
 		b.log = logging.Discard()
@@ -346,34 +358,180 @@ func (b *Bridge) produceBounded(ctx context.Context, cl *kgo.Client, r *kgo.Reco
 
 // produceLoop hands every record of out to the Kafka client in order.
 // Produce blocks while the client's buffer is full: that is the bridge's
-// backpressure. A record Kafka refuses for good cancels the run.
+// backpressure. A record Kafka refuses for good cancels the run, except
+// for MESSAGE_TOO_LARGE, which retryRefused resolves record by record.
 func (b *Bridge) produceLoop(ctx context.Context, cl *kgo.Client, out <-chan *kgo.Record, cancelRun context.CancelFunc) {
-	for r := range out {
-		kind := recordKind(r)
-		cl := cl
-		if b.cells != nil {
-			var ok bool
-			if cl, ok = b.cells.place(ctx, r); !ok {
-				if b.fatalErr() != nil {
-					cancelRun()
+	defer func() {
+		b.refusedMu.Lock()
+		b.refusedDone = true
+		lost := len(b.refused)
+		b.refused = nil
+		b.refusedMu.Unlock()
+		b.m.lost.WithLabelValues(lostShutdown).Add(float64(lost))
+	}()
+	for {
+		select {
+		case r, ok := <-out:
+			if !ok {
+				// Let what is in flight settle, and retry what it
+				// refuses, before the shutdown flush.
+				for {
+					if !b.hasRefused() && (b.flush(ctx, cl) != nil || !b.hasRefused()) {
+						return
+					}
+					b.retryRefused(ctx, cl, cancelRun)
 				}
+			}
+			if b.hasRefused() {
+				b.retryRefused(ctx, cl, cancelRun)
+			}
+			b.hand(ctx, cl, r, cancelRun)
+		case <-b.refusedCh:
+			b.retryRefused(ctx, cl, cancelRun)
+		}
+	}
+}
+
+// hand gives r to its Kafka client, which reports the outcome to a
+// callback.
+func (b *Bridge) hand(ctx context.Context, cl *kgo.Client, r *kgo.Record, cancelRun context.CancelFunc) {
+	kind := recordKind(r)
+	if b.cells != nil {
+		var ok bool
+		if cl, ok = b.cells.place(ctx, r); !ok {
+			if b.fatalErr() != nil {
+				cancelRun()
+			}
+			return
+		}
+	}
+	start := time.Now()
+	cl.Produce(ctx, r, func(r *kgo.Record, err error) {
+		if err == nil {
+			b.m.produceSeconds.Observe(time.Since(start).Seconds())
+			b.m.produced.WithLabelValues(kind).Inc()
+			return
+		}
+		if ctx.Err() != nil {
+			b.m.lost.WithLabelValues(lostShutdown).Inc()
+			return
+		}
+		if errors.Is(err, kerr.MessageTooLarge) {
+			b.refuse(refusal{r: r, cl: cl, kind: kind, err: err})
+			return
+		}
+		b.setFatal(fmt.Errorf("%w: %s record for topic %s: %v", ErrProduce, kind, r.Topic, err))
+		cancelRun()
+	})
+}
+
+// refusal is a record Kafka refused with MESSAGE_TOO_LARGE, and the
+// client it went through.
+type refusal struct {
+	r    *kgo.Record
+	cl   *kgo.Client
+	kind string
+	err  error
+}
+
+// refuse queues a MESSAGE_TOO_LARGE refusal for the produce loop. It runs
+// in the Kafka client's callback, so it never blocks.
+func (b *Bridge) refuse(f refusal) {
+	b.refusedMu.Lock()
+	done := b.refusedDone
+	if !done {
+		b.refused = append(b.refused, f)
+	}
+	b.refusedMu.Unlock()
+	if done {
+		b.m.lost.WithLabelValues(lostShutdown).Inc()
+		return
+	}
+	select {
+	case b.refusedCh <- struct{}{}:
+	default:
+	}
+}
+
+func (b *Bridge) hasRefused() bool {
+	b.refusedMu.Lock()
+	defer b.refusedMu.Unlock()
+	return len(b.refused) > 0
+}
+
+// retryRefused resolves the records Kafka refused with MESSAGE_TOO_LARGE.
+// Kafka refuses a whole record batch when it is over the topic's
+// max.message.bytes, so one batch too large for the broker (a topic whose
+// limit is below MaxRecordBytes + 2 KiB) takes the good records produced
+// with it down too. The produce loop, the only producer, stops handing
+// records on, lets what is in flight settle (its refusals join the list
+// in order) and produces each refused record again alone, waiting for
+// each: one accepted alone was only in the same batch; a batch refused
+// alone is too large for this topic and takes MaxRecordBytes' path
+// (skipped, counted as record_too_large, logged, and a resync produced in
+// its place, so the ingester does not assume continuity across it). A
+// control record refused alone, or another error, stops the run as any
+// refusal for good does. Records handed on while the refused request was
+// in flight are in Kafka before the retried ones: the ingester's sequence
+// rules then drop the endpoint's blocks (a seq gap, a seq at or below its
+// last), never keep ghosts.
+func (b *Bridge) retryRefused(ctx context.Context, cl *kgo.Client, cancelRun context.CancelFunc) {
+	_ = b.flush(ctx, cl)
+	for {
+		b.refusedMu.Lock()
+		list := b.refused
+		b.refused = nil
+		b.refusedMu.Unlock()
+		if len(list) == 0 {
+			return
+		}
+		for _, f := range list {
+			if ctx.Err() != nil || b.fatalErr() != nil {
+				b.m.lost.WithLabelValues(lostShutdown).Inc()
 				continue
 			}
+			b.retryAlone(ctx, f, cancelRun)
 		}
-		start := time.Now()
-		cl.Produce(ctx, r, func(r *kgo.Record, err error) {
-			if err == nil {
-				b.m.produceSeconds.Observe(time.Since(start).Seconds())
-				b.m.produced.WithLabelValues(kind).Inc()
-				return
-			}
-			if ctx.Err() != nil {
-				b.m.lost.WithLabelValues(lostShutdown).Inc()
-				return
-			}
-			b.setFatal(fmt.Errorf("%w: %s record for topic %s: %v", ErrProduce, kind, r.Topic, err))
-			cancelRun()
-		})
+	}
+}
+
+// retryAlone produces one refused record alone (see retryRefused).
+func (b *Bridge) retryAlone(ctx context.Context, f refusal, cancelRun context.CancelFunc) {
+	start := time.Now()
+	err := b.produceBounded(ctx, f.cl, f.r)
+	switch {
+	case err == nil:
+		b.m.produceSeconds.Observe(time.Since(start).Seconds())
+		b.m.produced.WithLabelValues(f.kind).Inc()
+		b.log.Info("record refused as too large with others produced alone", "kind", f.kind, "pod", string(f.r.Key), "seq", string(header(f.r, contract.HeaderSeq)))
+		return
+	case ctx.Err() != nil:
+		b.m.lost.WithLabelValues(lostShutdown).Inc()
+		return
+	case !errors.Is(err, kerr.MessageTooLarge) || f.kind != "batch":
+		b.setFatal(fmt.Errorf("%w: %s record for topic %s: %v (first refusal: %v)", ErrProduce, f.kind, f.r.Topic, err, f.err))
+		cancelRun()
+		return
+	}
+	b.m.skipped.WithLabelValues(skipRecordTooLarge).Inc()
+	b.log.Warn("batch refused by Kafka as too large (the topic's max.message.bytes is below it): skipped, producing resync",
+		"pod", string(f.r.Key), "seq", string(header(f.r, contract.HeaderSeq)), "bytes", len(f.r.Value), "topic", f.r.Topic, "err", err)
+	resync := &kgo.Record{Topic: f.r.Topic, Key: f.r.Key, Headers: []kgo.RecordHeader{
+		{Key: contract.HeaderModel, Value: header(f.r, contract.HeaderModel)},
+		{Key: contract.HeaderDPRank, Value: header(f.r, contract.HeaderDPRank)},
+		{Key: contract.HeaderKind, Value: []byte(contract.KindResync)},
+	}}
+	b.m.resyncs.WithLabelValues(reasonRecordTooLarge).Inc()
+	start = time.Now()
+	switch err := b.produceBounded(ctx, f.cl, resync); {
+	case err == nil:
+		b.m.produceSeconds.Observe(time.Since(start).Seconds())
+		b.m.produced.WithLabelValues(contract.KindResync).Inc()
+	case ctx.Err() != nil:
+		b.m.lost.WithLabelValues(lostShutdown).Inc()
+	default:
+		b.setFatal(fmt.Errorf("%w: resync record for topic %s: %v", ErrProduce, f.r.Topic, err))
+		cancelRun()
 	}
 }
 
@@ -402,7 +560,7 @@ func (b *Bridge) readLoop(ctx context.Context, in chan<- inEvent) {
 	for ctx.Err() == nil {
 		c, err := dialZMTP(ctx, b.addr, zmq4.Sub, b.cfg.DialTimeout, int64(b.cfg.MaxMessageBytes))
 		if err == nil {
-			if err = c.zc.SendMsg(zmq4.NewMsg(append([]byte{1}, b.cfg.ZMQTopic...))); err != nil {
+			if err = c.send(zmq4.NewMsg(append([]byte{1}, b.cfg.ZMQTopic...))); err != nil {
 				c.close()
 			}
 		}

@@ -81,7 +81,8 @@ type Config struct {
 	// data_parallel_rank of its first batch.
 	DPRank uint32
 
-	// Brokers are the Kafka seed brokers, host:port. Required.
+	// Brokers are the Kafka seed brokers, host:port. Required: at least
+	// one, and no entry empty.
 	Brokers []string
 	// Topic is the Kafka topic. Required unless Cells is set (then
 	// unused); the CLI defaults it to kvindex-events.
@@ -124,7 +125,15 @@ type Config struct {
 	// engine; a larger one drops the connection before it is read
 	// (counted, then healed or resynced like any loss). Messages between
 	// MaxRecordBytes and it are read, skipped and resynced without losing
-	// the connection. Default 16 MiB; must be at least MaxRecordBytes.
+	// the connection. Default 16 MiB; must be at least MaxRecordBytes and
+	// at most 1 GiB (maxMessageBytesLimit): zmq4 allocates each frame at
+	// the length its header claims before reading it, so the limit is
+	// what one frame header from the engine (or, in the bind mode, from
+	// anyone reaching the port) makes the process allocate; without a
+	// bound, a header claiming 2^61 bytes made make() panic. 1 GiB is
+	// twice the largest MaxRecordBytes (512 MiB), room enough to read and
+	// skip a batch over it without dropping the connection; a larger
+	// message could never be produced anyway.
 	MaxMessageBytes int
 
 	// HeartbeatInterval is the period of kind=heartbeat records while the
@@ -193,6 +202,10 @@ type Config struct {
 // limit well inside franz-go's 1 GiB.
 const maxRecordBytesLimit = 512 << 20
 
+// maxMessageBytesLimit bounds MaxMessageBytes (see there): twice
+// maxRecordBytesLimit.
+const maxMessageBytesLimit = 2 * maxRecordBytesLimit
+
 // recordOverhead is what a record adds to its payload in a Kafka batch at
 // most: a key and model of up to 512 bytes each, the other headers and the
 // record and batch framing.
@@ -255,6 +268,11 @@ func (c Config) Validate() error {
 	if len(c.Brokers) == 0 {
 		return bad("Brokers: none given")
 	}
+	for i, br := range c.Brokers {
+		if strings.TrimSpace(br) == "" {
+			return bad("Brokers: entry %d of %d is empty", i+1, len(c.Brokers))
+		}
+	}
 	if c.Cells != nil {
 		m := c.Cells.Current()
 		if m == nil {
@@ -287,6 +305,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxMessageBytes < c.MaxRecordBytes {
 		return bad("MaxMessageBytes %d: want at least MaxRecordBytes (%d)", c.MaxMessageBytes, c.MaxRecordBytes)
+	}
+	if c.MaxMessageBytes > maxMessageBytesLimit {
+		return bad("MaxMessageBytes %d: want at most %d (1 GiB)", c.MaxMessageBytes, maxMessageBytesLimit)
 	}
 	for _, d := range []struct {
 		name string

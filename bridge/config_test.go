@@ -118,3 +118,34 @@ func TestOffsetEndpointPort(t *testing.T) {
 		})
 	}
 }
+
+// TestConfigValidateBounds: MaxMessageBytes is capped at 1 GiB and every
+// broker must be named. Before, MaxMessageBytes had no upper bound, so
+// with 2^63-1 the frame limiter let a header claiming 2^61 bytes through
+// to zmq4's make() and the process panicked; and a broker list of empty
+// entries ("--brokers ','") passed.
+func TestConfigValidateBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*bridge.Config)
+		ok   bool
+	}{
+		{"max_message_bytes_at_cap", func(c *bridge.Config) { c.MaxMessageBytes = 1 << 30 }, true},
+		{"max_message_bytes_over_cap", func(c *bridge.Config) { c.MaxMessageBytes = 1<<30 + 1 }, false},
+		{"max_message_bytes_max_int", func(c *bridge.Config) { c.MaxMessageBytes = 1<<63 - 1 }, false},
+		{"empty_broker_entries", func(c *bridge.Config) { c.Brokers = []string{"", ""} }, false},
+		{"one_empty_broker_entry", func(c *bridge.Config) { c.Brokers = []string{"127.0.0.1:9092", " "} }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.mod(&c)
+			err := c.Validate()
+			if tc.ok && err != nil {
+				t.Errorf("Validate = %v, want nil", err)
+			}
+			if !tc.ok && !errors.Is(err, bridge.ErrInvalidConfig) {
+				t.Errorf("Validate = %v, want ErrInvalidConfig", err)
+			}
+		})
+	}
+}

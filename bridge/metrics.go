@@ -18,7 +18,8 @@ const (
 	reasonReplayFailed         = "replay_failed"          // reconnected and the replay failed
 	reasonReplayOverrun        = "replay_overrun"         // the engine's buffer no longer holds what is missing
 	reasonReplayBackoff        = "replay_backoff"         // a live gap while replay is backed off after a failed heal
-	reasonRecordTooLarge       = "record_too_large"       // a batch over MaxRecordBytes was skipped
+	reasonRecordTooLarge       = "record_too_large"       // a batch over MaxRecordBytes (or that Kafka refused as too large) was skipped
+	reasonSeqBackwards         = "seq_backwards"          // the live stream went back below the cursor without a reconnection
 	skipBadFrames              = "bad_frames"             // a PUB message that is not [topic, seq(8), payload]
 	skipTooLarge               = "message_too_large"      // a ZMQ message over MaxMessageBytes
 	skipRecordTooLarge         = "record_too_large"       // a batch over MaxRecordBytes
@@ -161,7 +162,7 @@ func newMetrics(reg prometheus.Registerer, bufferedRecords, bufferedBytes, queue
 		m.duplicates: {sourceLive, sourceReplay},
 		m.produced:   {"batch", contract.KindHeartbeat, contract.KindGoodbye, contract.KindResync},
 		m.resyncs: {reasonUnhealedGap, reasonNoReplay, reasonReconnectNoReplay, reasonReplayFailed,
-			reasonReplayOverrun, reasonReplayBackoff, reasonRecordTooLarge},
+			reasonReplayOverrun, reasonReplayBackoff, reasonRecordTooLarge, reasonSeqBackwards},
 		m.skipped:       {skipBadFrames, skipTooLarge, skipRecordTooLarge, skipStale},
 		m.replays:       {replayOutcomeComplete, replayOutcomeRestart, replayOutcomeHole, replayOutcomeError},
 		m.lost:          {lostShutdown, lostNoCell},

@@ -66,6 +66,19 @@ type sequencer struct {
 	hasLast     bool
 	last        uint64
 	lastPayload []byte
+	// dupFrom bounds the replay/live overlap: a live batch in [dupFrom,
+	// next) is one a replay produced since the last live batch (the
+	// subscription is live before the replay is asked, so the queue holds
+	// batches the answer also had), a true duplicate. A live batch below
+	// dupFrom was not produced from a replay after the connection's last
+	// batch: see onLive.
+	dupFrom uint64
+	// liveSeen and liveLast are the last seq the current connection
+	// delivered live: a PUB socket sends each batch once, in order, so on
+	// one connection a seq at or below it is never a duplicate but a
+	// stream that went back (see wentBack).
+	liveSeen bool
+	liveLast uint64
 
 	connected bool
 	// ignoreLive drops live messages until the next connection: set when a
@@ -177,7 +190,7 @@ func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
 		if !s.connected {
 			b.m.connected.Inc()
 		}
-		s.connected, s.ignoreLive, s.rankChecked = true, false, false
+		s.connected, s.ignoreLive, s.rankChecked, s.liveSeen = true, false, false, false
 		s.stopIdle()
 		s.st.state(true, false)
 		b.m.connects.Inc()
@@ -189,7 +202,7 @@ func (s *sequencer) handle(ctx context.Context, ev inEvent) error {
 		if s.connected {
 			b.m.connected.Dec()
 		}
-		s.connected = false
+		s.connected, s.liveSeen = false, false
 		s.st.state(false, false)
 		if s.idle != nil && s.idleTimer == nil {
 			s.idleTimer = b.clock.NewTimer(b.cfg.PodIdleTimeout)
@@ -241,12 +254,18 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 		b.m.skipped.WithLabelValues(skipStale).Inc()
 		return nil
 	}
+	back := s.liveSeen && seq <= s.liveLast
+	s.liveSeen, s.liveLast = true, seq
 	switch {
+	case back:
+		return s.wentBack(ctx, seq, payload, "at or below the connection's previous seq")
 	case s.continues(seq):
 		return s.produce(ctx, seq, payload, false)
-	case seq < s.next:
-		b.m.duplicates.WithLabelValues(sourceLive).Inc()
+	case seq < s.next && seq >= s.dupFrom:
+		b.m.duplicates.WithLabelValues(sourceLive).Inc() // the replay/live overlap
 		return nil
+	case seq < s.next:
+		return s.belowCursor(ctx, seq, payload)
 	}
 	b.m.gaps.Inc()
 	s.st.log.Info("sequence gap", "expected_seq", s.next, "seq", seq)
@@ -285,8 +304,84 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 	if s.continues(seq) {
 		return s.produce(ctx, seq, payload, false)
 	}
-	b.m.duplicates.WithLabelValues(sourceLive).Inc() // the replay covered it
+	// The replay covered it, or reported it gone (an overrun, resynced).
+	b.m.duplicates.WithLabelValues(sourceLive).Inc()
 	return nil
+}
+
+// belowCursor handles a live batch below the cursor that no replay
+// produced since the connection's last batch: the first batch of a
+// connection below what was produced before it, or one below where a
+// replay answer moved the cursor (replayOnce's overrun). It is a
+// duplicate only when the engine still holds the last batch produced
+// with the same bytes (the cursor is the engine's: a bind-mode pod taken
+// over by a new connection redelivers what the old one had delivered, a
+// live queue older than the overrun drains); else the cursor is not the
+// engine's (a far-future seq from a replay answer, a new process) and
+// the stream went back. Without a replay socket to ask, it went back.
+// One replay request at most per such batch: once the cursor is
+// confirmed, the batches after it on the connection fall in the overlap.
+func (s *sequencer) belowCursor(ctx context.Context, seq uint64, payload []byte) error {
+	if s.st.replayAddr == "" || !s.hasLast || s.replayBackingOff() {
+		return s.wentBack(ctx, seq, payload, "below the cursor, which cannot be checked")
+	}
+	held, err := s.cursorHeld(ctx)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	if err != nil {
+		s.st.log.Warn("checking the cursor against the replay socket failed", "last_seq", s.last, "err", err)
+		return s.wentBack(ctx, seq, payload, "below the cursor, which the replay socket could not confirm")
+	}
+	if !held {
+		return s.wentBack(ctx, seq, payload, "below the cursor, which the engine does not hold")
+	}
+	s.b.m.duplicates.WithLabelValues(sourceLive).Inc()
+	s.dupFrom = seq
+	return nil
+}
+
+// cursorHeld asks the replay socket for the last batch produced and
+// reports whether the engine holds it with the same bytes.
+func (s *sequencer) cursorHeld(ctx context.Context) (bool, error) {
+	b := s.b
+	outcome := replayOutcomeError
+	defer func() { b.m.replays.WithLabelValues(outcome).Inc() }()
+	rs, err := b.openReplay(ctx, s.st, s.last)
+	if err != nil {
+		return false, fmt.Errorf("%w: %v", errReplay, err)
+	}
+	defer rs.close()
+	seq, payload, end, err := rs.next()
+	if err != nil {
+		return false, fmt.Errorf("%w: from seq %d: %v", errReplay, s.last, err)
+	}
+	b.m.received.WithLabelValues(sourceReplay).Inc()
+	if !end && seq == s.last && bytes.Equal(payload, s.lastPayload) {
+		outcome = replayOutcomeComplete
+		return true, nil
+	}
+	outcome = replayOutcomeRestart
+	return false, nil
+}
+
+// wentBack handles a live batch at seq that the stream went back to: no
+// duplicate of anything produced, but a stream that started again below
+// the cursor without the connection dropping (a new engine process behind
+// a ZMQ proxy, a publisher whose counter was reset) or a cursor that an
+// earlier bogus far-future seq (live or in a replay answer) moved. Either
+// way what the ingester has for the endpoint may not be this stream's:
+// as for an engine restart nothing can verify, the bridge produces a
+// resync (reason seq_backwards) and starts the stream again at seq. A
+// bogus jump so costs one resync instead of every later batch.
+func (s *sequencer) wentBack(ctx context.Context, seq uint64, payload []byte, why string) error {
+	s.st.log.Warn("sequence went back on the live stream (engine restarted behind the connection, counter reset, or an earlier bogus seq): producing resync and starting again there",
+		"seq", seq, "expected_seq", s.next, "why", why)
+	s.float()
+	if err := s.resync(ctx, reasonSeqBackwards); err != nil {
+		return err
+	}
+	return s.produce(ctx, seq, payload, false)
 }
 
 // heal asks the replay socket for what follows the cursor and produces it,
@@ -375,7 +470,7 @@ func (s *sequencer) replayOnce(ctx context.Context) (res replayResult, progresse
 				// An empty buffer: the engine has published nothing yet,
 				// so its stream starts at 0, or at 1 for engines that
 				// number from 1 (llm-d-inference-sim).
-				s.known, s.next, s.from01 = true, 0, true
+				s.known, s.next, s.from01, s.dupFrom = true, 0, true, 0
 			}
 			outcome = replayOutcomeComplete
 			return replayDone, progressed, nil
@@ -429,6 +524,7 @@ func (s *sequencer) overrun(ctx context.Context, from, to uint64) error {
 		return err
 	}
 	s.known, s.next, s.from01, s.hasLast, s.lastPayload = true, to, false, false, nil
+	s.dupFrom = to
 	return nil
 }
 
@@ -437,6 +533,13 @@ func (s *sequencer) overrun(ctx context.Context, from, to uint64) error {
 // resync.
 func (s *sequencer) produce(ctx context.Context, seq uint64, payload []byte, replayed bool) error {
 	b := s.b
+	// A live batch ends the replay run the overlap may repeat; a replayed
+	// one starts it if the stream starts here.
+	if !replayed {
+		s.dupFrom = seq + 1
+	} else if !s.known {
+		s.dupFrom = seq
+	}
 	if len(payload) > b.cfg.MaxRecordBytes {
 		b.m.skipped.WithLabelValues(skipRecordTooLarge).Inc()
 		s.st.log.Warn("batch over the record size limit skipped, producing resync", "seq", seq, "bytes", len(payload), "limit", b.cfg.MaxRecordBytes)
@@ -504,15 +607,18 @@ func (s *sequencer) drain(ctx context.Context, in <-chan inEvent) {
 			continue
 		}
 		s.b.m.received.WithLabelValues(sourceLive).Inc()
-		if !stopped && s.continues(ev.seq) {
+		back := s.liveSeen && ev.seq <= s.liveLast
+		s.liveSeen, s.liveLast = true, ev.seq
+		if !stopped && !back && s.continues(ev.seq) {
 			if s.produce(ctx, ev.seq, ev.payload, false) == nil {
 				continue
 			}
 			stopped = true
 		}
-		if s.known && ev.seq < s.next {
-			continue
+		if !back && s.known && ev.seq < s.next && ev.seq >= s.dupFrom {
+			continue // a duplicate
 		}
+		// A gap, or a stream that went back: left to the next bridge.
 		stopped = true
 		left++
 	}

@@ -46,10 +46,10 @@ type zconn struct {
 func (c *zconn) close() { c.raw.Close() }
 
 // recv returns the next application message, skipping ZMTP commands
-// (zmq4 answers PINGs itself).
+// (zmq4 answers PINGs itself). A panic of zmq4's reader is an error.
 func (c *zconn) recv() (zmq4.Msg, error) {
 	for {
-		m, err := c.zc.RecvMsg()
+		m, err := c.recvMsg()
 		if err != nil {
 			return m, err
 		}
@@ -57,6 +57,46 @@ func (c *zconn) recv() (zmq4.Msg, error) {
 			return m, nil
 		}
 	}
+}
+
+// recvMsg is zmq4's RecvMsg with a panic turned into an error
+// (errZMTPPanic).
+func (c *zconn) recvMsg() (m zmq4.Msg, err error) {
+	defer recoverZMTP(&err, "reading a message")
+	return c.zc.RecvMsg()
+}
+
+// send is zmq4's SendMsg with a panic turned into an error
+// (errZMTPPanic).
+func (c *zconn) send(m zmq4.Msg) (err error) {
+	defer recoverZMTP(&err, "sending a message")
+	return c.zc.SendMsg(m)
+}
+
+// errZMTPPanic reports bytes from a peer that made zmq4 panic: zmq4
+// v0.17's metadata parser (Property.Write) slices past the end of a
+// READY command whose metadata is cut short, so one malformed handshake
+// from an engine's socket, or from anyone who reaches the bind mode's
+// port, would crash the process. The bridge drops such a connection like
+// any other ZMTP failure.
+var errZMTPPanic = errors.New("bridge: malformed ZMTP from the peer (zmq4 panicked)")
+
+// recoverZMTP, deferred around one zmq4 call, turns its panic into *err
+// wrapping errZMTPPanic. zmq4 keeps no state of its own across a call
+// (the connection, which the caller then closes, is all of it), so
+// nothing is left inconsistent. Only zmq4 calls are wrapped, so a bug of
+// the bridge's own still crashes.
+func recoverZMTP(err *error, what string) {
+	if p := recover(); p != nil {
+		*err = fmt.Errorf("%w: %s: %v", errZMTPPanic, what, p)
+	}
+}
+
+// openConn is zmq4.Open (greeting and NULL handshake) with a panic turned
+// into an error (errZMTPPanic).
+func openConn(rw net.Conn, typ zmq4.SocketType, server bool) (zc *zmq4.Conn, err error) {
+	defer recoverZMTP(&err, "handshake")
+	return zmq4.Open(rw, null.Security(), typ, nil, server, nil)
 }
 
 // dialZMTP dials addr and performs the ZMTP greeting and NULL handshake as
@@ -81,7 +121,7 @@ func openZMTP(ctx context.Context, raw net.Conn, addr string, typ zmq4.SocketTyp
 		return nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { raw.SetDeadline(time.Unix(1, 0)) })
-	zc, err := zmq4.Open(&frameLimiter{Conn: raw, max: maxMessage, skip: greetingLen}, null.Security(), typ, nil, server, nil)
+	zc, err := openConn(&frameLimiter{Conn: raw, max: maxMessage, skip: greetingLen}, typ, server)
 	stopped := stop()
 	if err == nil && !stopped {
 		err = ctx.Err()
@@ -210,7 +250,7 @@ func (b *Bridge) openReplay(ctx context.Context, st *stream, from uint64) (*repl
 	}
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], from)
-	if err := c.zc.SendMsg(zmq4.NewMsgFrom([]byte{}, seq[:])); err != nil {
+	if err := c.send(zmq4.NewMsgFrom([]byte{}, seq[:])); err != nil {
 		c.close()
 		return nil, fmt.Errorf("sending replay request: %w", err)
 	}

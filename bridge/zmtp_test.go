@@ -2,11 +2,15 @@ package bridge
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"io"
 	"net"
 	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
 )
 
 // frame encodes one ZMTP frame.
@@ -149,4 +153,30 @@ func FuzzFrameLimiter(f *testing.F) {
 			t.Fatalf("limiter refused: %v (%v), reference says over the limit: %v", got, err, want)
 		}
 	})
+}
+
+// TestOpenZMTPRecoversZmq4Panic: zmq4 v0.17 panics (slice bounds out of
+// range in Property.Write) on a READY command whose metadata names a
+// 1-byte property and then ends. openZMTP, which every handshake of the
+// bridge goes through (PUB, replay, probes, bind-mode accepts), returns
+// that as an error wrapping errZMTPPanic and closes the connection.
+// Before, the panic crashed the process.
+func TestOpenZMTPRecoversZmq4Panic(t *testing.T) {
+	bridgeSide, peer := net.Pipe()
+	defer peer.Close()
+	go io.Copy(io.Discard, peer) // net.Pipe is unbuffered: read while writing
+	go func() {
+		g := make([]byte, greetingLen)
+		g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+		copy(g[12:32], "NULL")
+		peer.Write(g)
+		peer.Write(frame(flagCommand, append([]byte("\x05READY"), 0x01, 'a')))
+	}()
+	_, err := openZMTP(context.Background(), bridgeSide, "pipe", zmq4.Sub, false, 5*time.Second, 1<<20)
+	if !errors.Is(err, errZMTPPanic) {
+		t.Fatalf("openZMTP = %v, want an error wrapping errZMTPPanic", err)
+	}
+	if _, werr := bridgeSide.Write([]byte{0}); werr == nil {
+		t.Error("the connection is still open after the failed handshake")
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -123,13 +124,32 @@ var positiveFlags = []string{
 	"max-buffered-records", "max-buffered-bytes", "max-record-bytes", "max-message-bytes",
 }
 
+// checkKafka refuses --topic and --brokers values the bridge cannot
+// use, as usage errors (exit status 2, like every other bad flag): a
+// topic Kafka would refuse (empty among them), no broker, an empty entry
+// ("--brokers ','" splits into two), an entry with credentials.
+func (f *flags) checkKafka() error {
+	if err := f.kafka.ValidateTopic(); err != nil {
+		return common.Usagef("%w", err)
+	}
+	if len(f.kafka.Brokers) == 0 {
+		return common.Usagef("--brokers must name at least one Kafka broker (host:port)")
+	}
+	for _, br := range f.kafka.Brokers {
+		if strings.TrimSpace(br) == "" {
+			return common.Usagef("--brokers has an empty entry (%q): name each broker as host:port, comma separated", strings.Join(f.kafka.Brokers, ","))
+		}
+	}
+	if err := f.kafka.ValidateBrokers(); err != nil {
+		return common.Usagef("%w", err)
+	}
+	return nil
+}
+
 // run runs the bridge, logging to stderr (the command's ErrOrStderr, so an
 // in-process caller reads the lines, the bound address among them).
 func (f *flags) run(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) error {
-	if err := f.kafka.ValidateTopic(); err != nil {
-		return err
-	}
-	if err := f.kafka.ValidateBrokers(); err != nil {
+	if err := f.checkKafka(); err != nil {
 		return err
 	}
 	log, err := f.logging.LoggerTo(stderr)

@@ -2,6 +2,7 @@ package bridgecmd
 
 import (
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/kvindex/kvindex/bridge/bridgetest"
 	"github.com/kvindex/kvindex/internal/sim/enginesim"
 	"github.com/kvindex/kvindex/internal/testutil"
+	"github.com/kvindex/kvindex/wiring/cli/common"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, testutil.LeakOptions()...) }
@@ -141,5 +143,44 @@ func TestRunBind(t *testing.T) {
 	stop()
 	if err := <-done; err != nil {
 		t.Errorf("bridge command after SIGTERM = %v, want nil", err)
+	}
+}
+
+// TestKafkaAndLimitFlagsAreUsageErrors: every bad value of --brokers,
+// --topic and --max-message-bytes is refused before the bridge starts,
+// naming the flag, as a usage error (exit status 2). Before, `--brokers
+// ','` (two empty entries after splitting) passed, `--brokers ”` and
+// `--topic ”` exited 1 while every other bad flag exits 2, and
+// `--max-message-bytes 9223372036854775807` was accepted, letting one
+// frame header claiming 2^61 bytes reach zmq4's make() and crash the
+// process.
+func TestKafkaAndLimitFlagsAreUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"brokers_only_commas", []string{"--brokers", ","}, "--brokers has an empty entry"},
+		{"brokers_empty_entry", []string{"--brokers", "k:9092,"}, "--brokers has an empty entry"},
+		{"brokers_empty", []string{"--brokers", ""}, "--brokers must name at least one"},
+		{"brokers_credentials", []string{"--brokers", "u:pw@k:9092"}, "--brokers: "},
+		{"topic_empty", []string{"--topic", ""}, "--topic: "},
+		{"max_message_bytes_huge", []string{"--max-message-bytes", "9223372036854775807"}, "--max-message-bytes 9223372036854775807: want at most"},
+		{"max_message_bytes_over_cap", []string{"--max-message-bytes", "1073741825"}, "--max-message-bytes 1073741825: want at most"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := NewCommand()
+			cmd.SetArgs(append([]string{"--pod", "p", "--model", "m", "--metrics-listen", "127.0.0.1:0"}, tc.args...))
+			cmd.SetOut(new(strings.Builder))
+			cmd.SetErr(new(strings.Builder))
+			err := cmd.ExecuteContext(context.Background())
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want one mentioning %q", err, tc.want)
+			}
+			var coded interface{ ExitCode() int }
+			if !errors.As(err, &coded) || coded.ExitCode() != 2 || !errors.Is(err, common.ErrUsage) {
+				t.Errorf("error %q is not a usage error (exit status 2)", err)
+			}
+		})
 	}
 }

@@ -72,6 +72,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		verb = "dry run: would migrate"
 	}
 	fmt.Fprintf(&b, "%s %s to %s, read at revision %d (attempt %d)\n", verb, r.From, r.To, r.Revision, r.Attempts)
+	if r.empty() {
+		fmt.Fprintf(&b, "note:      no v1 key under %s: nothing to migrate there (is the source prefix right?)\n", r.From)
+	}
 	fmt.Fprintf(&b, "endpoints: %d (%d token mode, %d engine mode)\n", r.Endpoints, r.TokenEndpoints, r.Endpoints-r.TokenEndpoints)
 	fmt.Fprintf(&b, "blocks:    %s\n", perTier(r.Blocks))
 	fmt.Fprintf(&b, "chunks:    %s\n", perTier(r.Chunks))
@@ -98,6 +101,22 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// empty reports whether the source prefix held nothing a migration reads
+// (no endpoint, block, member, offset or owner, converted or skipped): a
+// mistyped prefix, or a keyspace that was never v1.
+func (r *Report) empty() bool {
+	for k, n := range r.Skipped {
+		if n > 0 && k != "v2_chunks_without_record" {
+			return false
+		}
+	}
+	blocks := 0
+	for _, n := range r.Blocks {
+		blocks += n
+	}
+	return r.Endpoints == 0 && blocks == 0 && r.Members == 0 && r.Offsets == 0 && r.Owners == 0
 }
 
 func perTier(m map[string]int) string {

@@ -9,11 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/kvindex/kvindex/client"
+	"github.com/kvindex/kvindex/internal/contract"
 	"github.com/kvindex/kvindex/internal/scenario"
 )
 
@@ -61,6 +64,11 @@ type Result struct {
 	// Mismatches lists the lookup steps that failed; empty means the
 	// scenario passed.
 	Mismatches []Mismatch
+	// HeldBefore lists, sorted, the scenario's models the index already
+	// held endpoints of before its first step: every scenario expects an
+	// empty index, so a mismatch then may be the earlier state's (a
+	// scenario replayed twice, another's endpoints), not kvindex's.
+	HeldBefore []string
 }
 
 // ErrTarget is wrapped by errors that stop a replay before its end (the
@@ -78,6 +86,7 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 		timeout = DefaultBarrierTimeout
 	}
 	res := Result{Scenario: s.Name}
+	res.HeldBefore = heldBefore(ctx, t.Index, s)
 	// produced holds, per partition, the highest offset produced so far:
 	// the barrier of every later lookup.
 	produced := map[int32]int64{}
@@ -121,6 +130,29 @@ func Run(ctx context.Context, t Target, s *scenario.Scenario) (Result, error) {
 		}
 	}
 	return res, nil
+}
+
+// heldBefore returns, sorted, the models s publishes to or looks up that
+// the index lists endpoints of now. It is a hint for a failure's report,
+// so a list that fails (a replica not serving yet) counts as holding
+// nothing, and the replay goes on.
+func heldBefore(ctx context.Context, idx *client.Client, s *scenario.Scenario) []string {
+	models := map[string]bool{}
+	for _, st := range s.Steps {
+		switch {
+		case st.Kind == scenario.KindPublish && st.Publish.Headers[contract.HeaderModel] != "":
+			models[st.Publish.Headers[contract.HeaderModel]] = true
+		case st.Kind == scenario.KindLookup:
+			models[st.Lookup.Model] = true
+		}
+	}
+	var held []string
+	for _, m := range slices.Sorted(maps.Keys(models)) {
+		if list, err := idx.ListEndpoints(ctx, m); err == nil && len(list.Endpoints) > 0 {
+			held = append(held, m)
+		}
+	}
+	return held
 }
 
 // record builds the Kafka record of a publish step: key, headers in sorted

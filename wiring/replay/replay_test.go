@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/goleak"
 
@@ -143,5 +144,41 @@ func TestHashModeProbe(t *testing.T) {
 				t.Errorf("probe endpoints left: %+v", list.Endpoints)
 			}
 		})
+	}
+}
+
+// TestHeldBeforeIsReported: a scenario replayed a second time into the
+// same stack reports the models the index already held, the likeliest
+// reason for its failure (every scenario expects an empty index); the
+// first replay reports none.
+func TestHeldBeforeIsReported(t *testing.T) {
+	s, err := scenario.Load(filepath.Join(testutil.RepoRoot(t), "testdata", "fixtures", "scenarios", "t01_same_prompt_across_pods.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := startStack(t, s.HashMode)
+	prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	idx, err := client.New(st.GRPCAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idx.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
+	defer cancel()
+	target := Target{Producer: prod, Topic: st.Topic(), Index: idx}
+	first, err := Run(ctx, target, s)
+	if err != nil || len(first.HeldBefore) != 0 || len(first.Mismatches) != 0 {
+		t.Fatalf("first replay: %+v, %v; want a pass holding nothing before", first, err)
+	}
+	second, err := Run(ctx, target, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"org/token-demo"}, second.HeldBefore); diff != "" {
+		t.Fatalf("second replay's HeldBefore (-want +got):\n%s", diff)
 	}
 }

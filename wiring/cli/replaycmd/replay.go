@@ -243,7 +243,8 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 			Publishes  int        `json:"publishes"`
 			Lookups    int        `json:"lookups"`
 			Mismatches []mismatch `json:"mismatches"`
-		}{Scenario: res.Scenario, File: s.Path, Pass: len(res.Mismatches) == 0, Publishes: res.Publishes, Lookups: res.Lookups, Mismatches: []mismatch{}}
+			HeldBefore []string   `json:"held_before,omitempty"`
+		}{Scenario: res.Scenario, File: s.Path, Pass: len(res.Mismatches) == 0, Publishes: res.Publishes, Lookups: res.Lookups, Mismatches: []mismatch{}, HeldBefore: res.HeldBefore}
 		for _, m := range res.Mismatches {
 			obj.Mismatches = append(obj.Mismatches, mismatch{m.Line, m.Describe, m.Model, m.Expected, m.Actual, m.Diffs})
 		}
@@ -271,6 +272,9 @@ func report(out io.Writer, format string, s *scenario.Scenario, res replay.Resul
 		for _, d := range m.Diffs {
 			fmt.Fprintf(out, "    - %s\n", d)
 		}
+	}
+	if len(res.HeldBefore) > 0 {
+		fmt.Fprintf(out, "  note: before its first step the index already held endpoints of %s; every scenario expects an empty index (replayed before? replay into a fresh stack)\n", strings.Join(res.HeldBefore, ", "))
 	}
 }
 

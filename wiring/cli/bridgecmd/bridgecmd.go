@@ -28,8 +28,9 @@ type flags struct {
 	auth         kafkaauth.Config
 	zmqTopic     string
 	offsetByRank bool
-	// dialFlags is set when --zmq or --replay was given.
-	dialFlags bool
+	// dialFlags is set when --zmq or --replay was given; podFlag when
+	// --pod was.
+	dialFlags, podFlag bool
 	ops       common.Ops
 	// cfg holds the bridge's own settings, --zmq, --replay and
 	// --zmq-bind (Endpoint, ReplayEndpoint, Listen) among them: bound to
@@ -75,6 +76,7 @@ its own sequence tracking, and its gaps are replayed from
 				return err
 			}
 			f.dialFlags = cmd.Flags().Changed("zmq") || cmd.Flags().Changed("replay")
+			f.podFlag = cmd.Flags().Changed("pod")
 			return f.run(cmd.Context(), cmd.Flags(), cmd.ErrOrStderr())
 		},
 	}
@@ -169,7 +171,12 @@ func (f *flags) run(ctx context.Context, fs *pflag.FlagSet, stderr io.Writer) er
 	cfg.Brokers, cfg.Topic = f.kafka.Brokers, f.kafka.Topic
 	if cfg.Listen != "" {
 		if f.dialFlags {
-			return errors.New("--zmq and --replay are the dial mode's; with --zmq-bind, pods connect and --replay-pattern names their replay sockets")
+			return common.Usagef("--zmq and --replay are the dial mode's; with --zmq-bind, pods connect and --replay-pattern names their replay sockets")
+		}
+		if f.podFlag {
+			// Ignored before: a bind-mode bridge given --pod looked as if
+			// it keyed its records by it.
+			return common.Usagef("--pod is the dial mode's; with --zmq-bind each message's ZMQ topic names its pod (--topic-pattern)")
 		}
 		cfg.Endpoint = ""
 	} else if f.offsetByRank {

@@ -184,3 +184,28 @@ func TestKafkaAndLimitFlagsAreUsageErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestBindModeRefusesDialFlags: --zmq, --replay and --pod are the dial
+// mode's; with --zmq-bind they are usage errors naming the mode (--pod was
+// ignored before, so a bridge looked keyed by a pod it never used).
+func TestBindModeRefusesDialFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--pod", "p"}, "--pod is the dial mode's"},
+		{[]string{"--zmq", "tcp://e:5557"}, "--zmq and --replay are the dial mode's"},
+		{[]string{"--replay", "tcp://e:5558"}, "--zmq and --replay are the dial mode's"},
+	} {
+		cmd := NewCommand()
+		cmd.SetArgs(append([]string{"--zmq-bind", "tcp://127.0.0.1:0", "--model", "m", "--brokers", "127.0.0.1:1", "--metrics-listen", "127.0.0.1:0"}, tc.args...))
+		cmd.SetOut(new(strings.Builder))
+		cmd.SetErr(new(strings.Builder))
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := cmd.ExecuteContext(ctx)
+		cancel()
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, common.ErrUsage) {
+			t.Errorf("%v: error = %v, want a usage error containing %q", tc.args, err, tc.want)
+		}
+	}
+}

@@ -109,6 +109,13 @@ const (
 	// the ack before closing it (a peer that vanished without a FIN).
 	DefaultKeepaliveTime    = 30 * time.Second
 	DefaultKeepaliveTimeout = 10 * time.Second
+	// DefaultRequestReadTimeout is how long a call may take, from its
+	// headers, to deliver its request message (RequestReadTimeout).
+	DefaultRequestReadTimeout = 10 * time.Second
+	// DefaultMaxMetadataBytes bounds a call's header list
+	// (MaxMetadataBytes): routers send a few hundred bytes (a bearer
+	// token of some kilobytes at most); grpc-go's own default is 16 MiB.
+	DefaultMaxMetadataBytes = 64 << 10
 )
 
 // Config configures a Server. Build one with DefaultConfig and set Etcd
@@ -268,6 +275,23 @@ type Config struct {
 	// no ack comes within KeepaliveTimeout. Defaults 30 s and 10 s; both
 	// must be positive.
 	KeepaliveTime, KeepaliveTimeout time.Duration
+	// RequestReadTimeout bounds, on both ports, how long a call may take
+	// from its headers to its whole request message: a call still without
+	// it then is cancelled (the client sees CANCELED), counted in
+	// kvindex_indexd_request_read_timeouts_total. A call waiting for its
+	// request is in flight, so the idle limit never closes its
+	// connection, and what arrived of its message is buffered: without
+	// this bound a few clients that open calls and send nothing (or all
+	// but a byte) hold connection slots and memory until
+	// MaxConnectionAge. Streams (a health Watch) are bounded only until
+	// their first message. Default DefaultRequestReadTimeout (10 s); must
+	// be positive.
+	RequestReadTimeout time.Duration
+	// MaxMetadataBytes bounds a call's header list on both ports
+	// (grpc.MaxHeaderListSize): a call with more is refused before any
+	// handler runs. Default DefaultMaxMetadataBytes (64 KiB); at least 1
+	// and at most 2^32-1.
+	MaxMetadataBytes int
 	// MaxInFlightBlocks bounds the work of the Lookups being answered at
 	// once, across all connections, counted in blocks: a hash Lookup costs
 	// len(block_hashes) (at least 1). A Lookup that would take the total
@@ -313,6 +337,8 @@ func DefaultConfig() Config {
 		MaxConnections:        DefaultMaxConnections,
 		HealthMaxConnections:  DefaultHealthMaxConnections,
 		HandshakeTimeout:      DefaultHandshakeTimeout,
+		RequestReadTimeout:    DefaultRequestReadTimeout,
+		MaxMetadataBytes:      DefaultMaxMetadataBytes,
 		MaxConnectionIdle:     DefaultMaxConnectionIdle,
 		MaxConnectionAge:      DefaultMaxConnectionAge,
 		MaxConnectionAgeGrace: DefaultMaxConnectionAgeGrace,
@@ -383,6 +409,8 @@ func (c Config) Validate() error {
 		{"KeepaliveMinTime", int64(c.KeepaliveMinTime)},
 		{"KeepaliveTime", int64(c.KeepaliveTime)},
 		{"KeepaliveTimeout", int64(c.KeepaliveTimeout)},
+		{"RequestReadTimeout", int64(c.RequestReadTimeout)},
+		{"MaxMetadataBytes", int64(c.MaxMetadataBytes)},
 	} {
 		if f.v <= 0 {
 			return fmt.Errorf("%w: %s is %d: want a positive value", ErrInvalidConfig, f.name, f.v)
@@ -393,6 +421,9 @@ func (c Config) Validate() error {
 	}
 	if c.BarrierTimeout > c.MaxBarrierTimeout {
 		return fmt.Errorf("%w: BarrierTimeout %s exceeds MaxBarrierTimeout %s", ErrInvalidConfig, c.BarrierTimeout, c.MaxBarrierTimeout)
+	}
+	if c.MaxMetadataBytes > math.MaxUint32 {
+		return fmt.Errorf("%w: MaxMetadataBytes %d exceeds %d", ErrInvalidConfig, c.MaxMetadataBytes, uint32(math.MaxUint32))
 	}
 	if c.MaxConcurrentStreams > math.MaxUint32 {
 		return fmt.Errorf("%w: MaxConcurrentStreams %d exceeds %d", ErrInvalidConfig, c.MaxConcurrentStreams, uint32(math.MaxUint32))

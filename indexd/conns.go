@@ -12,11 +12,17 @@ import (
 // may hold on both ports (docs/limits.md, "Connections"): the handshake
 // timeout, which covers the TLS handshake and the HTTP/2 preface
 // (grpc-go sets the connection's deadline to it until the client's
-// preface and first SETTINGS are read), the idle and age limits with
-// their grace, and keepalive in both directions.
-func connOptions(cfg Config) []grpc.ServerOption {
+// preface and first SETTINGS are read), the time a call may take to
+// deliver its request (requestRead) and the size of its header list, the
+// idle and age limits with their grace, and keepalive in both
+// directions. timedOut counts the calls requestRead cancels.
+func connOptions(cfg Config, timedOut func()) []grpc.ServerOption {
+	rr := requestRead{timeout: cfg.RequestReadTimeout, timedOut: timedOut}
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(cfg.HandshakeTimeout),
+		grpc.InTapHandle(rr.tap),
+		grpc.StatsHandler(rr),
+		grpc.MaxHeaderListSize(uint32(cfg.MaxMetadataBytes)),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle:     cfg.MaxConnectionIdle,
 			MaxConnectionAge:      cfg.MaxConnectionAge,

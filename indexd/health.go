@@ -4,8 +4,10 @@ import (
 	"context"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // healthService is grpc-go's health server whose Watch streams end when
@@ -24,6 +26,19 @@ func (h *healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.
 	defer cancel()
 	defer context.AfterFunc(h.stopping, cancel)()
 	return h.Server.Watch(req, &watchStream{Health_WatchServer: stream, ctx: ctx})
+}
+
+// checkOnly is the health service of the health port: Check only. A
+// probe (kubelet's gRPC probe, grpc_health_probe) calls Check; a Watch
+// stream is open for as long as its client likes, and the port has a few
+// connection slots (HealthMaxConnections) that a handful of watchers
+// would hold from the probes. Watch is served on the API port, where
+// gRPC clients' health checking uses it.
+type checkOnly struct{ *healthService }
+
+// Watch answers UNIMPLEMENTED, naming Check and the API port.
+func (checkOnly) Watch(*healthpb.HealthCheckRequest, healthpb.Health_WatchServer) error {
+	return status.Error(codes.Unimplemented, "the health port serves Check only; Watch health on the API port (--listen)")
 }
 
 // watchStream is a Watch stream with a context that also ends at shutdown.

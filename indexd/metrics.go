@@ -22,6 +22,8 @@ type metrics struct {
 	inflightBlocks prometheus.Gauge
 	staleWarnings  prometheus.Counter
 	tokenLeftOut   prometheus.Counter
+	// requestReadTimeouts counts calls cancelled by requestRead.
+	requestReadTimeouts prometheus.Counter
 }
 
 // newMetrics builds the metrics and registers them, with gauges that read
@@ -84,6 +86,10 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 			Name: "kvindex_indexd_stale_total",
 			Help: "Times the last progress from etcd grew older than --stale-log-after, or a list of etcd went unanswered that long (each logged).",
 		}),
+		requestReadTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "kvindex_indexd_request_read_timeouts_total",
+			Help: "Calls cancelled because their request message had not arrived within --request-read-timeout of their headers (either port).",
+		}),
 		tokenLeftOut: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "kvindex_indexd_token_lookup_left_out_total",
 			Help: "Endpoints left out of token Lookups: their model's candidates had more than 4 block sizes, and theirs was not among the 4 whose endpoints hold the most blocks.",
@@ -101,7 +107,7 @@ func newMetrics(reg prometheus.Registerer, cur func() *index.Index, progressAge 
 		})
 	}
 	reg.MustRegister(m.requests, m.requestSeconds, m.barrierSeconds, m.barrierWaiters, m.watchEvents, m.malformed,
-		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings, m.tokenLeftOut,
+		m.lists, m.listSeconds, m.listedKeys, m.watchRestarts, m.ready, m.inflightBlocks, m.staleWarnings, m.tokenLeftOut, m.requestReadTimeouts,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "kvindex_indexd_progress_age_seconds",
 			Help: "Seconds since the replica last heard from etcd that its watch was current (progress notification, watch event or list); 0 before the first list.",

@@ -118,10 +118,10 @@ func New(cfg Config) (*Server, error) {
 	s.refl.m = s.m
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	s.health.SetServingStatus(serviceName, healthpb.HealthCheckResponse_NOT_SERVING)
-	opts := append(connOptions(cfg),
+	opts := append(connOptions(cfg, s.m.requestReadTimeouts.Inc),
 		grpc.MaxRecvMsgSize(transportLimit(cfg.MaxRequestBytes)),
 		grpc.MaxConcurrentStreams(uint32(cfg.MaxConcurrentStreams)),
-		grpc.ForceServerCodecV2(newDeferredCodec()),
+		grpc.ForceServerCodecV2(newDeferredCodec(cfg)),
 	)
 	if cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
@@ -137,8 +137,8 @@ func New(cfg Config) (*Server, error) {
 	if healthLis != nil {
 		// Only health on this port: it is plaintext and reachable by the
 		// kubelet, so it must not answer Lookup or describe the API.
-		s.healthGRPC = grpc.NewServer(append(connOptions(cfg), grpc.MaxRecvMsgSize(healthRequestLimit), grpc.MaxConcurrentStreams(healthMaxStreams))...)
-		healthpb.RegisterHealthServer(s.healthGRPC, hs)
+		s.healthGRPC = grpc.NewServer(append(connOptions(cfg, s.m.requestReadTimeouts.Inc), grpc.MaxRecvMsgSize(healthRequestLimit), grpc.MaxConcurrentStreams(healthMaxStreams))...)
+		healthpb.RegisterHealthServer(s.healthGRPC, checkOnly{hs})
 	}
 	return s, nil
 }
@@ -303,8 +303,7 @@ func transportLimit(n int) int { return 2 * n }
 // checkSize reports a request whose encoding exceeds MaxRequestBytes.
 func (s *Server) checkSize(req proto.Message) error {
 	if n := proto.Size(req); n > s.cfg.MaxRequestBytes {
-		return fmt.Errorf("%w: request is %d bytes, the limit is %d bytes (--max-request-bytes)",
-			ErrInvalidArgument, n, s.cfg.MaxRequestBytes)
+		return errTooLarge(n, s.cfg.MaxRequestBytes)
 	}
 	return nil
 }
@@ -478,8 +477,7 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.Partition
 		return nil, 0, err
 	}
 	if n := len(req.Candidates); n > s.cfg.MaxCandidates {
-		return nil, 0, fmt.Errorf("%w: candidates has %d endpoints, the limit is %d per request",
-			ErrInvalidArgument, n, s.cfg.MaxCandidates)
+		return nil, 0, errTooManyCandidates(n, s.cfg.MaxCandidates)
 	}
 	for i, c := range req.Candidates {
 		if err := keyspace.ValidateName("pod", c.GetPod()); err != nil {
@@ -491,7 +489,7 @@ func (s *Server) validateLookup(req *kvindexv1.LookupRequest) ([]index.Partition
 		return nil, 0, nil
 	}
 	if n := len(b.Records); n > s.cfg.MaxBarrierRecords {
-		return nil, 0, fmt.Errorf("%w: barrier has %d records, the limit is %d", ErrInvalidArgument, n, s.cfg.MaxBarrierRecords)
+		return nil, 0, errTooManyRecords(n, s.cfg.MaxBarrierRecords)
 	}
 	timeout := s.cfg.BarrierTimeout
 	if b.Timeout != nil {

@@ -197,6 +197,10 @@ func (s *Server) statusData(ctx context.Context, model, after, pageSize string) 
 		if err != nil {
 			return nil, err
 		}
+		if model != "" && ep.Model != model {
+			// As ListEndpoints refuses it: the page would be empty.
+			return nil, fmt.Errorf("%w: after continues a list of another model than %q", ErrInvalidArgument, model)
+		}
 		from = &ep
 	}
 	now := s.cfg.Clock.Now()

@@ -135,6 +135,9 @@ func TestStatusPage(t *testing.T) {
 		{http.MethodPost, "", http.StatusMethodNotAllowed},
 		{http.MethodGet, "page_size=0", http.StatusBadRequest},
 		{http.MethodGet, "after=bogus", http.StatusBadRequest},
+		// A token of another model's list, as ListEndpoints refuses it
+		// (it answered 200 with an empty page).
+		{http.MethodGet, "model=a&after=" + url.QueryEscape(encodePageToken(keyspace.Endpoint{Model: "z", Pod: "p"})), http.StatusBadRequest},
 		{http.MethodGet, "q=" + strings.Repeat("1,", StatusMaxQueryBytes), http.StatusRequestURITooLong},
 	} {
 		if code, _ := getStatus(t, r.srv, tc.method, tc.query); code != tc.want {

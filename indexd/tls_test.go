@@ -38,23 +38,21 @@ func plainConn(t *testing.T, addr string) *grpc.ClientConn {
 	return conn
 }
 
-// waitHealthServing watches health on conn until SERVING.
+// waitHealthServing asks the health port on conn until it says SERVING
+// (Check: the health port serves no Watch).
 func waitHealthServing(t *testing.T, conn *grpc.ClientConn) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
 	defer cancel()
-	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{Service: serviceName})
-	if err != nil {
-		t.Fatal(err)
-	}
 	for {
-		resp, err := stream.Recv()
-		if err != nil {
+		resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{Service: serviceName}, grpc.WaitForReady(true))
+		if err != nil && ctx.Err() != nil {
 			t.Fatalf("waiting for SERVING on the health port: %v", err)
 		}
-		if resp.Status == healthpb.HealthCheckResponse_SERVING {
+		if err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING {
 			return
 		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

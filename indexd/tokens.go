@@ -22,8 +22,7 @@ func (s *Server) validateTokens(req *kvindexv1.LookupRequest) error {
 		return fmt.Errorf("%w: set either block_hashes or tokens, not both", ErrInvalidArgument)
 	}
 	if n := len(tp.TokenIds); n > s.cfg.MaxTokens {
-		return fmt.Errorf("%w: tokens.token_ids has %d tokens, the limit is %d per request (--max-tokens)",
-			ErrInvalidArgument, n, s.cfg.MaxTokens)
+		return errTooManyTokens(n, s.cfg.MaxTokens)
 	}
 	if err := s.checkExtra("tokens.lora_name", tp.LoraName); err != nil {
 		return err
@@ -32,8 +31,7 @@ func (s *Server) validateTokens(req *kvindexv1.LookupRequest) error {
 		return err
 	}
 	if n := len(tp.MultimodalItems); n > s.cfg.MaxMultiModalItems {
-		return fmt.Errorf("%w: tokens.multimodal_items has %d items, the limit is %d per request (--max-multimodal-items)",
-			ErrInvalidArgument, n, s.cfg.MaxMultiModalItems)
+		return errTooManyItems(n, s.cfg.MaxMultiModalItems)
 	}
 	var prevEnd uint64
 	for i, it := range tp.MultimodalItems {

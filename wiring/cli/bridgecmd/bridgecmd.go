@@ -31,7 +31,7 @@ type flags struct {
 	// dialFlags is set when --zmq or --replay was given; podFlag when
 	// --pod was.
 	dialFlags, podFlag bool
-	ops       common.Ops
+	ops                common.Ops
 	// cfg holds the bridge's own settings, --zmq, --replay and
 	// --zmq-bind (Endpoint, ReplayEndpoint, Listen) among them: bound to
 	// its fields, so that its errors name the flags (common.FlagNames).

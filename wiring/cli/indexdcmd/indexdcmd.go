@@ -173,6 +173,7 @@ const statusPath = "/status"
 var ConnectionFlags = []string{
 	"max-connections", "handshake-timeout", "max-connection-idle",
 	"max-connection-age", "max-connection-age-grace", "keepalive-min-time", "keepalive-time", "keepalive-timeout",
+	"request-read-timeout", "max-metadata-bytes",
 }
 
 // RegisterConnectionFlags adds the flags of indexd's connection limits
@@ -187,4 +188,6 @@ func RegisterConnectionFlags(fs *pflag.FlagSet, cfg *indexd.Config) {
 	fs.DurationVar(&cfg.KeepaliveMinTime, "keepalive-min-time", indexd.DefaultKeepaliveMinTime, "shortest keepalive ping interval a client may use; more often is GOAWAY too_many_pings")
 	fs.DurationVar(&cfg.KeepaliveTime, "keepalive-time", indexd.DefaultKeepaliveTime, "ping a client connection after this long without activity")
 	fs.DurationVar(&cfg.KeepaliveTimeout, "keepalive-timeout", indexd.DefaultKeepaliveTimeout, "close a connection whose ping is not acknowledged within this")
+	fs.DurationVar(&cfg.RequestReadTimeout, "request-read-timeout", indexd.DefaultRequestReadTimeout, "cancel a call whose request message has not arrived this long after its headers")
+	fs.IntVar(&cfg.MaxMetadataBytes, "max-metadata-bytes", indexd.DefaultMaxMetadataBytes, "largest header list (metadata) of a call, in bytes; more is refused")
 }

@@ -126,6 +126,7 @@ func run(ctx context.Context, out io.Writer, f *flags) error {
 			c.MaxConnections, c.HandshakeTimeout = f.conns.MaxConnections, f.conns.HandshakeTimeout
 			c.MaxConnectionIdle, c.MaxConnectionAge, c.MaxConnectionAgeGrace = f.conns.MaxConnectionIdle, f.conns.MaxConnectionAge, f.conns.MaxConnectionAgeGrace
 			c.KeepaliveMinTime, c.KeepaliveTime, c.KeepaliveTimeout = f.conns.KeepaliveMinTime, f.conns.KeepaliveTime, f.conns.KeepaliveTimeout
+			c.RequestReadTimeout, c.MaxMetadataBytes = f.conns.RequestReadTimeout, f.conns.MaxMetadataBytes
 		},
 	})
 	var ae *stack.AddrError

@@ -28,6 +28,11 @@ const (
 // reports them.
 func (c Config) precheckLookup(b []byte) error {
 	var candidates, records, items, tokens int
+	// packed holds the packed token_ids values: counting their varints
+	// is the scan's only cost per byte, so it is done only when their
+	// bytes (at least one per id) could be past MaxTokens.
+	var packed [][]byte
+	packedBytes := 0
 	ok := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte) {
 		switch {
 		case num == lookupCandidatesField && typ == protowire.BytesType:
@@ -44,17 +49,22 @@ func (c Config) precheckLookup(b []byte) error {
 				case num == tokensMultimodalsField && typ == protowire.BytesType:
 					items++
 				case num == tokensTokenIDsField && typ == protowire.BytesType: // packed
-					for _, x := range v {
-						if x < 0x80 { // the last byte of a varint
-							tokens++
-						}
-					}
+					packed, packedBytes = append(packed, v), packedBytes+len(v)
 				case num == tokensTokenIDsField && typ == protowire.VarintType:
 					tokens++
 				}
 			})
 		}
 	})
+	if tokens+packedBytes > c.MaxTokens {
+		for _, v := range packed {
+			for _, x := range v {
+				if x < 0x80 { // the last byte of a varint
+					tokens++
+				}
+			}
+		}
+	}
 	switch {
 	case !ok:
 		return nil

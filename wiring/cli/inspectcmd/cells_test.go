@@ -18,7 +18,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/indexd"
 	"github.com/kvindex/kvindex/internal/keyspace"
@@ -80,19 +79,8 @@ func startTestCell(t *testing.T, gpu map[keyspace.Endpoint]int) *testCell {
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.Status == healthpb.HealthCheckResponse_SERVING {
-			return &testCell{etcd: e, indexd: srv.Addr().String()}
-		}
-	}
+	testutil.WaitServing(t, ctx, conn)
+	return &testCell{etcd: e, indexd: srv.Addr().String()}
 }
 
 // runArgs runs inspect with exactly args.

@@ -16,7 +16,6 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
-	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/kvindex/kvindex/client"
 	"github.com/kvindex/kvindex/indexd"
@@ -103,19 +102,8 @@ func startIndexWith(t *testing.T, mod func(*indexd.Config), extra ...clientv3.Op
 		t.Fatal(err)
 	}
 	defer conn.Close()
-	stream, err := healthpb.NewHealthClient(conn).Watch(ctx, &healthpb.HealthCheckRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		resp, err := stream.Recv()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if resp.Status == healthpb.HealthCheckResponse_SERVING {
-			return srv.Addr().String()
-		}
-	}
+	testutil.WaitServing(t, ctx, conn)
+	return srv.Addr().String()
 }
 
 func run(t *testing.T, newCmd func() *cobra.Command, args ...string) (string, error) {

@@ -242,8 +242,8 @@ type options struct {
 }
 
 // WithTimeout sets the per-call deadline applied when the caller's context
-// has none sooner. A call that runs out this deadline (not a sooner one of
-// the caller's) makes the Client avoid the replica it went to, as a stale
+// has none sooner. A call that runs out this deadline (or a caller's of at
+// least half of it) makes the Client avoid the replica it went to, as a stale
 // one (WithStaleAfter), so a replica that holds its connection open but
 // does not answer fails one call per WithStaleAfter, not its share of the
 // load. Default DefaultTimeout (1 s); zero or less keeps the default.
@@ -712,11 +712,14 @@ func encodable(req *kvindexv1.LookupRequest) error {
 }
 
 // deadline bounds ctx by timeout unless it already ends sooner; own
-// reports that the returned deadline is the client's (timeout), not the
-// caller's.
+// reports that the call has at least half of timeout, so that running it
+// out says the replica did not answer, not that the caller was in a
+// hurry. (A caller whose own deadline equals the client's, as the GIE
+// plugin's lookupTimeout does, is a hair sooner by the time it gets
+// here: it counts as the client's.)
 func deadline(ctx context.Context, timeout time.Duration) (_ context.Context, _ context.CancelFunc, own bool) {
 	if d, ok := ctx.Deadline(); ok && time.Until(d) <= timeout {
-		return ctx, func() {}, false
+		return ctx, func() {}, time.Until(d) >= timeout/2
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	return ctx, cancel, true

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -74,8 +75,8 @@ func (c *Client) lookupFresh(ctx context.Context, req *kvindexv1.LookupRequest, 
 // call runs f with ctx carrying a pick (balancer.go), and returns the
 // address of the replica f's call went to and how many other ready
 // replicas were not avoided then. A call that runs out its deadline while
-// own (the deadline is the client's WithTimeout, not a shorter one of the
-// caller's) avoids its replica: a replica that holds its connection open
+// own (the call had at least half the client's WithTimeout, see
+// deadline; a caller's cancel is not running out) avoids its replica: a replica that holds its connection open
 // but does not answer (a stopped process, a node gone dark, a handler
 // stuck) would otherwise fail every call balanced to it until gRPC's
 // keepalive closes the connection. Running out is the client's context
@@ -87,7 +88,7 @@ func (c *Client) call(ctx context.Context, own, barrier bool, f func(context.Con
 	ctx, p := withPick(ctx, &c.avoid, c.now)
 	err = f(ctx)
 	addr, others = p.result()
-	if err != nil && own && (ctx.Err() != nil || !barrier && status.Code(err) == codes.DeadlineExceeded) {
+	if err != nil && own && (errors.Is(ctx.Err(), context.DeadlineExceeded) || !barrier && status.Code(err) == codes.DeadlineExceeded) {
 		c.avoidFor(addr)
 	}
 	return addr, others, err

@@ -208,3 +208,58 @@ func TestLookupStaleSearchOff(t *testing.T) {
 		t.Fatalf("calls = %d, ProgressTime %v; want one call returning the stale answer", n, res.ProgressTime)
 	}
 }
+
+// TestSilentReplicaAvoidedUnderTheCallersEqualDeadline: a caller whose
+// deadline equals the client's timeout (the GIE plugin runs each Lookup
+// under its lookupTimeout, which is also its client's WithTimeout) makes
+// a silent replica avoided too. Before, that deadline reached the client
+// a hair sooner than its own, counted as the caller's, and the replica
+// failed every other Lookup (a review measured 10 of 20).
+func TestSilentReplicaAvoidedUnderTheCallersEqualDeadline(t *testing.T) {
+	silent, good := &fakeIndex{name: "silent", block: true}, &fakeIndex{name: "good"}
+	a, _ := serve(t, silent)
+	b, _ := serve(t, good)
+	const lookupTimeout = 200 * time.Millisecond
+	c := newClient(t, a+","+b, WithTimeout(lookupTimeout), WithStaleAfter(time.Minute))
+	for silent.calls.Load() == 0 || good.calls.Load() == 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond) // under half: the caller's
+		c.Lookup(ctx, "m", []uint64{1})
+		cancel()
+	}
+	failed := 0
+	for range 20 {
+		ctx, cancel := context.WithTimeout(context.Background(), lookupTimeout)
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); err != nil {
+			failed++
+		}
+		cancel()
+	}
+	if failed > 1 {
+		t.Fatalf("%d of 20 Lookups ran out their deadline on the silent replica, want at most 1", failed)
+	}
+}
+
+// TestCallerCancelAvoidsNothing: a call the caller cancels (an abandoned
+// request) says nothing about its replica, which stays in the round.
+// Before, any end of the call's context counted as running out the
+// deadline: with the other replica stale, the next Lookup then got the
+// stale answer although the fresh replica was ready.
+func TestCallerCancelAvoidsNothing(t *testing.T) {
+	slow := &fakeIndex{name: "slow", block: true}
+	a, _ := serve(t, slow)
+	c := newClient(t, a, WithTimeout(10*time.Second), WithStaleAfter(time.Minute))
+	for range 3 {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(50*time.Millisecond, cancel)
+		if _, err := c.Lookup(ctx, "m", []uint64{1}); !errors.Is(err, ErrCanceled) {
+			t.Fatalf("Lookup cancelled by its caller: %v, want ErrCanceled", err)
+		}
+		cancel()
+	}
+	if slow.calls.Load() == 0 {
+		t.Fatal("no call reached the replica")
+	}
+	if m := c.avoid.m.Load(); m != nil && len(*m) > 0 {
+		t.Fatalf("calls cancelled by their caller made the client avoid %v", *m)
+	}
+}

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/metadata"
@@ -186,5 +188,44 @@ func TestCountLimitAnsweredInvalidArgument(t *testing.T) {
 	err := r.conn.Invoke(ctx, "/kvindex.v1.IndexService/Lookup", body, &reply, grpc.ForceCodecV2(rawCodec{}))
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "candidates has 4097 endpoints, the limit is 4096") {
 		t.Fatalf("Lookup of 4097 empty candidates: %v, want INVALID_ARGUMENT naming the limit", err)
+	}
+}
+
+// TestUnknownMethodIsNoReadTimeout: a call to an unknown method (a
+// scanner, a client pointed at the health port, a typo) is answered
+// UNIMPLEMENTED without reaching a handler, so it gets no stats.End; its
+// stream's end stops requestRead's timer. Before, the timer fired
+// RequestReadTimeout later, counting a request-read timeout for a call
+// answered at once, and held the call's context and metadata until then.
+func TestUnknownMethodIsNoReadTimeout(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.RequestReadTimeout = 200 * time.Millisecond
+	var timedOut atomic.Int64
+	srv := grpc.NewServer(connOptions(cfg, func() { timedOut.Add(1) })...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	// Lookup on a port without the IndexService (the health port).
+	err = conn.Invoke(ctx, "/kvindex.v1.IndexService/Lookup", &healthpb.HealthCheckRequest{}, new(healthpb.HealthCheckResponse))
+	if status.Code(err) != codes.Unimplemented {
+		t.Fatalf("unknown method: %v", err)
+	}
+	time.Sleep(3 * cfg.RequestReadTimeout)
+	if n := timedOut.Load(); n != 0 {
+		t.Fatalf("request_read_timeouts counted %d for an answered UNIMPLEMENTED call (and a Check)", n)
 	}
 }

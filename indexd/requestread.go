@@ -32,13 +32,23 @@ type requestWait struct {
 type requestWaitKey struct{}
 
 // tap starts the call's timer and returns the context it cancels.
-func (h requestRead) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	ctx, cancel := context.WithCancel(ctx)
+// A call that ends without reaching a handler (an unknown method, a
+// deadline already past) gets no End: the stream's own context ending
+// stops its timer then, so nothing of it is held or counted later.
+func (h requestRead) tap(stream context.Context, _ *tap.Info) (context.Context, error) {
+	ctx, cancel := context.WithCancel(stream)
 	w := &requestWait{cancel: cancel}
 	w.timer = time.AfterFunc(h.timeout, func() {
+		if stream.Err() != nil {
+			return // the call is over already
+		}
 		if h.timedOut != nil {
 			h.timedOut()
 		}
+		cancel()
+	})
+	context.AfterFunc(stream, func() {
+		w.timer.Stop()
 		cancel()
 	})
 	return context.WithValue(ctx, requestWaitKey{}, w), nil

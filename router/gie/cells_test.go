@@ -33,6 +33,8 @@ func (c *oneCell) Lookup(context.Context, *kvindexv1.LookupRequest) (*kvindexv1.
 	}}}, nil
 }
 
+// serveCell serves srv (a cell's, or any replica's, IndexService) on a
+// loopback port until the test ends and returns its address.
 func serveCell(t *testing.T, srv kvindexv1.IndexServiceServer) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

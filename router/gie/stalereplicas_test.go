@@ -2,14 +2,12 @@ package gie_test
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	framework "sigs.k8s.io/gateway-api-inference-extension/pkg/epp/framework/interface/scheduling"
@@ -44,21 +42,6 @@ func (r *replicaAt) ListEndpoints(context.Context, *kvindexv1.ListEndpointsReque
 	return &kvindexv1.ListEndpointsResponse{}, nil
 }
 
-// serveReplica serves r on a loopback port until the test ends and
-// returns its address.
-func serveReplica(t *testing.T, r *replicaAt) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := grpc.NewServer()
-	kvindexv1.RegisterIndexServiceServer(s, r)
-	go func() { _ = s.Serve(l) }()
-	t.Cleanup(s.Stop)
-	return l.Addr().String()
-}
-
 // tokenized is a completions request whose tokens an upstream plugin
 // already filled (one token per byte of text).
 func tokenized(text string) *framework.LLMRequest {
@@ -79,8 +62,8 @@ func tokenized(text string) *framework.LLMRequest {
 // the check off (the stale answers are used). Before, all 20 requests
 // were scored from the stale index and no fallback was counted.
 func TestAllReplicasStaleFallBack(t *testing.T) {
-	a := serveReplica(t, &replicaAt{behind: time.Hour, ghost: true})
-	b := serveReplica(t, &replicaAt{behind: time.Hour, ghost: true})
+	a := serveCell(t, &replicaAt{behind: time.Hour, ghost: true})
+	b := serveCell(t, &replicaAt{behind: time.Hour, ghost: true})
 	for _, tc := range []struct {
 		maxStaleness string // "" leaves the default
 		wantScored   bool
@@ -122,8 +105,8 @@ func TestAllReplicasStaleFallBack(t *testing.T) {
 // the replica behind: the client's freshness search prefers the current
 // replica, and an answer that still comes from the stale one falls back.
 func TestStaleReplicaNeverScores(t *testing.T) {
-	behind := serveReplica(t, &replicaAt{behind: time.Hour, ghost: true})
-	current := serveReplica(t, &replicaAt{})
+	behind := serveCell(t, &replicaAt{behind: time.Hour, ghost: true})
+	current := serveCell(t, &replicaAt{})
 	m := gie.NewMetrics()
 	p := newProducer(t, m, map[string]any{"target": behind + "," + current, "speculativeTTL": "0s", "identityCheckInterval": "0s"})
 	var reqs, ghosts atomic.Int64

@@ -34,22 +34,29 @@ func startStack(t *testing.T, mode string) *stack.Stack {
 	})
 }
 
-func replay(t *testing.T, s *scenario.Scenario) Result {
+// targetOf returns a Target of st, its producer and index client closed
+// when the test ends.
+func targetOf(t *testing.T, st *stack.Stack) Target {
 	t.Helper()
-	st := startStack(t, s.HashMode)
 	prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer prod.Close()
+	t.Cleanup(prod.Close)
 	idx, err := client.New(st.GRPCAddr())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer idx.Close()
+	t.Cleanup(func() { idx.Close() })
+	return Target{Producer: prod, Topic: st.Topic(), Index: idx}
+}
+
+func replay(t *testing.T, s *scenario.Scenario) Result {
+	t.Helper()
+	st := startStack(t, s.HashMode)
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
-	res, err := Run(ctx, Target{Producer: prod, Topic: st.Topic(), Index: idx}, s)
+	res, err := Run(ctx, targetOf(t, st), s)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,16 +110,8 @@ func TestHashModeProbe(t *testing.T) {
 	for _, mode := range []string{scenario.HashModeToken, scenario.HashModeEngine} {
 		t.Run(mode, func(t *testing.T) {
 			st := startStack(t, mode)
-			prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer prod.Close()
-			idx, err := client.New(st.GRPCAddr())
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer idx.Close()
+			target := targetOf(t, st)
+			prod, idx := target.Producer, target.Index
 			ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 			defer cancel()
 			for st.Ready() != nil { // a deployment a replay targets is up
@@ -122,7 +121,6 @@ func TestHashModeProbe(t *testing.T) {
 				case <-time.After(20 * time.Millisecond):
 				}
 			}
-			target := Target{Producer: prod, Topic: st.Topic(), Index: idx}
 			got, err := HashMode(ctx, target, "probe")
 			if err != nil || got != mode {
 				t.Fatalf("HashMode = %q, %v; want %q", got, err, mode)
@@ -156,20 +154,9 @@ func TestHeldBeforeIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := startStack(t, s.HashMode)
-	prod, err := kgo.NewClient(kgo.SeedBrokers(st.KafkaAddr()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer prod.Close()
-	idx, err := client.New(st.GRPCAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer idx.Close()
+	target := targetOf(t, startStack(t, s.HashMode))
 	ctx, cancel := context.WithTimeout(context.Background(), testutil.Timeout(60*time.Second))
 	defer cancel()
-	target := Target{Producer: prod, Topic: st.Topic(), Index: idx}
 	first, err := Run(ctx, target, s)
 	if err != nil || len(first.HeldBefore) != 0 || len(first.Mismatches) != 0 {
 		t.Fatalf("first replay: %+v, %v; want a pass holding nothing before", first, err)

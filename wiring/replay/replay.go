@@ -148,7 +148,8 @@ func heldBefore(ctx context.Context, idx *client.Client, s *scenario.Scenario) [
 	}
 	var held []string
 	for _, m := range slices.Sorted(maps.Keys(models)) {
-		if list, err := idx.ListEndpoints(ctx, m); err == nil && len(list.Endpoints) > 0 {
+		// One endpoint answers the question: a page of one, not the list.
+		if page, err := idx.ListEndpointsPage(ctx, m, 1, ""); err == nil && len(page.Endpoints) > 0 {
 			held = append(held, m)
 		}
 	}

@@ -37,6 +37,7 @@ func TestCommandLineRefusalsExitTwo(t *testing.T) {
 		{[]string{"ingester", "--topic", "a b", "--metrics-listen", "127.0.0.1:0"}, `--topic: topic name "a b"`},
 		{[]string{"ingester", "--log-level", "loud"}, `--log-level: logging: unknown level "loud"`},
 		{[]string{"indexd", "--log-format", "xml"}, `--log-format: logging: unknown format "xml"`},
+		{[]string{"ingester", "--brokers", ",", "--metrics-listen", "127.0.0.1:0"}, "--brokers has an empty entry"},
 		{[]string{"completion", "bahs"}, `unknown command "bahs" for "kvindex completion"`},
 		{[]string{"completion", "bash", "extra"}, `unknown command "extra" for "kvindex completion bash"`},
 		{[]string{"help", "bogus"}, `unknown help topic "bogus"`},

@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -132,20 +131,12 @@ var positiveFlags = []string{
 // ("--brokers ','" splits into two), an entry with credentials.
 func (f *flags) checkKafka() error {
 	if err := f.kafka.ValidateTopic(); err != nil {
-		return common.Usagef("%w", err)
+		return err
 	}
 	if len(f.kafka.Brokers) == 0 {
 		return common.Usagef("--brokers must name at least one Kafka broker (host:port)")
 	}
-	for _, br := range f.kafka.Brokers {
-		if strings.TrimSpace(br) == "" {
-			return common.Usagef("--brokers has an empty entry (%q): name each broker as host:port, comma separated", strings.Join(f.kafka.Brokers, ","))
-		}
-	}
-	if err := f.kafka.ValidateBrokers(); err != nil {
-		return common.Usagef("%w", err)
-	}
-	return nil
+	return f.kafka.ValidateBrokers()
 }
 
 // run runs the bridge, logging to stderr (the command's ErrOrStderr, so an

@@ -3,6 +3,7 @@ package common
 import (
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -73,14 +74,20 @@ func (k *Kafka) ValidateTopic() error {
 	return nil
 }
 
-// ValidateBrokers refuses --brokers entries that carry credentials
-// ("user:password@host:9092"): Kafka clients ignore them (SASL is the
-// way: --kafka-sasl-*), and an address that reaches an error message or a
-// log must not show a password. The error shows the entry redacted.
+// ValidateBrokers refuses, as a usage error (exit 2), an empty --brokers
+// entry ("--brokers ','" splits into two) and entries that carry
+// credentials ("user:password@host:9092"): Kafka clients ignore them
+// (SASL is the way: --kafka-sasl-*), and an address that reaches an error
+// message or a log must not show a password. The error shows the entry
+// redacted. No entry at all is the caller's to judge (replay's embedded
+// stack takes none).
 func (k *Kafka) ValidateBrokers() error {
 	for _, b := range k.Brokers {
+		if strings.TrimSpace(b) == "" {
+			return Usagef("--brokers has an empty entry (%q): name each broker as host:port, comma separated", strings.Join(k.Brokers, ","))
+		}
 		if r := logging.RedactURL(b); r != b {
-			return fmt.Errorf("--brokers: %s carries credentials, which Kafka clients ignore: use --kafka-sasl-mechanism, --kafka-sasl-username and --kafka-sasl-password-file", r)
+			return Usagef("--brokers: %s carries credentials, which Kafka clients ignore: use --kafka-sasl-mechanism, --kafka-sasl-username and --kafka-sasl-password-file", r)
 		}
 	}
 	return nil

@@ -3,6 +3,7 @@ package common
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -200,11 +201,17 @@ func TestValidateBrokers(t *testing.T) {
 	}{
 		{name: "plain", brokers: []string{"b-0:9092", "b-1:9093"}},
 		{name: "credentials", brokers: []string{"b-0:9092", "alice:kpw@b-1:9092"}, wantErr: "REDACTED@b-1:9092 carries credentials"},
+		{name: "none", brokers: nil}, // the caller's to judge
+		{name: "only_a_comma", brokers: []string{"", ""}, wantErr: `--brokers has an empty entry (",")`},
+		{name: "empty_entry", brokers: []string{"b-0:9092", " "}, wantErr: "--brokers has an empty entry"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := (&Kafka{Brokers: tc.brokers}).ValidateBrokers()
 			if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("ValidateBrokers = %v, want %q", err, tc.wantErr)
+			}
+			if err != nil && !errors.Is(err, ErrUsage) {
+				t.Fatalf("ValidateBrokers = %v, want a usage error (exit 2)", err)
 			}
 			if err != nil && strings.Contains(err.Error(), "kpw") {
 				t.Fatalf("the error shows the password: %v", err)

@@ -254,14 +254,12 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 		b.m.skipped.WithLabelValues(skipStale).Inc()
 		return nil
 	}
-	back := s.liveSeen && seq <= s.liveLast
-	s.liveSeen, s.liveLast = true, seq
 	switch {
-	case back:
+	case s.wentBackLive(seq):
 		return s.wentBack(ctx, seq, payload, "at or below the connection's previous seq")
 	case s.continues(seq):
 		return s.produce(ctx, seq, payload, false)
-	case seq < s.next && seq >= s.dupFrom:
+	case s.inOverlap(seq):
 		b.m.duplicates.WithLabelValues(sourceLive).Inc() // the replay/live overlap
 		return nil
 	case seq < s.next:
@@ -308,6 +306,21 @@ func (s *sequencer) onLive(ctx context.Context, seq uint64, payload []byte) erro
 	b.m.duplicates.WithLabelValues(sourceLive).Inc()
 	return nil
 }
+
+// wentBackLive records seq as the current connection's last live batch
+// and reports whether it is at or below the one before it on the same
+// connection: a PUB socket sends each batch once, in order, so that is a
+// stream that went back, never a duplicate.
+func (s *sequencer) wentBackLive(seq uint64) bool {
+	back := s.liveSeen && seq <= s.liveLast
+	s.liveSeen, s.liveLast = true, seq
+	return back
+}
+
+// inOverlap reports whether a live batch at seq is below the cursor in
+// the replay/live overlap (dupFrom): a batch a replay produced since the
+// connection's last live batch, a true duplicate.
+func (s *sequencer) inOverlap(seq uint64) bool { return seq < s.next && seq >= s.dupFrom }
 
 // belowCursor handles a live batch below the cursor that no replay
 // produced since the connection's last batch: the first batch of a
@@ -607,15 +620,14 @@ func (s *sequencer) drain(ctx context.Context, in <-chan inEvent) {
 			continue
 		}
 		s.b.m.received.WithLabelValues(sourceLive).Inc()
-		back := s.liveSeen && ev.seq <= s.liveLast
-		s.liveSeen, s.liveLast = true, ev.seq
+		back := s.wentBackLive(ev.seq)
 		if !stopped && !back && s.continues(ev.seq) {
 			if s.produce(ctx, ev.seq, ev.payload, false) == nil {
 				continue
 			}
 			stopped = true
 		}
-		if !back && s.known && ev.seq < s.next && ev.seq >= s.dupFrom {
+		if !back && s.known && s.inOverlap(ev.seq) {
 			continue // a duplicate
 		}
 		// A gap, or a stream that went back: left to the next bridge.

@@ -48,6 +48,16 @@ const (
 // are many seconds; tests run at a few hundred milliseconds.
 const MinLivenessWindow = 100 * time.Millisecond
 
+// CheckLivenessWindow returns an error for a liveness window d below
+// MinLivenessWindow, saying why, for a caller to prefix with the name it
+// knows the window by (Validate: LivenessWindow; the CLI: its flag).
+func CheckLivenessWindow(d time.Duration) error {
+	if d < MinLivenessWindow {
+		return fmt.Errorf("%v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", d, MinLivenessWindow)
+	}
+	return nil
+}
+
 // etcdMaxRequestBytes is etcd's default --max-request-bytes (1.5 MiB); a
 // transaction's encoded size must stay under it.
 const etcdMaxRequestBytes = 1536 * 1024
@@ -391,8 +401,8 @@ func (c *Config) Validate() error {
 		return bad("LeaseTTL %v: want a whole number of seconds, at least 1s", c.LeaseTTL)
 	case c.LivenessWindow <= 0:
 		return bad("LivenessWindow %v: want a positive duration", c.LivenessWindow)
-	case c.LivenessWindow < MinLivenessWindow:
-		return bad("LivenessWindow %v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", c.LivenessWindow, MinLivenessWindow)
+	case CheckLivenessWindow(c.LivenessWindow) != nil:
+		return bad("LivenessWindow %v", CheckLivenessWindow(c.LivenessWindow))
 	case c.OutageThreshold < 0:
 		return bad("OutageThreshold %v: want a positive duration (zero: the default)", c.OutageThreshold)
 	case c.OutageThreshold > 0 && c.OutageThreshold >= c.LivenessWindow:

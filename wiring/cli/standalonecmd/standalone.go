@@ -69,8 +69,8 @@ listener over TLS or mutual TLS, as indexd does.`,
 			if _, err := keyspace.ParseHashMode(f.hashMode); err != nil {
 				return common.Usagef("--hash-mode: %w", err)
 			}
-			if f.liveness < ingester.MinLivenessWindow {
-				return common.Usagef("--liveness-window %v: want at least %v (the partition clock counts Kafka's millisecond timestamps, and bridges heartbeat every 5 s)", f.liveness, ingester.MinLivenessWindow)
+			if err := ingester.CheckLivenessWindow(f.liveness); err != nil {
+				return common.Usagef("--liveness-window %w", err)
 			}
 			if f.partitions > stack.MaxPartitions {
 				return common.Usagef("--partitions %d: at most %d (the in-process broker keeps state per partition)", f.partitions, stack.MaxPartitions)
